@@ -1,0 +1,1 @@
+"""The `delta-release` command line."""

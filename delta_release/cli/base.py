@@ -1,0 +1,87 @@
+"""Shared CLI plumbing: global options (accepted before or after the command), output, one error funnel."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from ..errors import DeltaReleaseError
+
+
+@dataclass(slots=True)
+class Options:
+    lake: str = "lake"
+    json: bool = False
+    debug: bool = False
+
+
+def _merge(ctx: click.Context, lake: str | None, as_json: bool, debug: bool) -> Options:
+    opts: Options = ctx.ensure_object(Options)
+    if lake is not None:
+        opts.lake = lake
+    opts.json = opts.json or as_json
+    opts.debug = opts.debug or debug
+    return opts
+
+
+def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the global options too, so `delta-release ingest f --json` works like `--json ingest`."""
+
+    @click.option("--lake", "lake_", default=None, metavar="URI", help="Lake root (default ./lake).")
+    @click.option("--json", "json_", is_flag=True, help="Machine output on stdout.")
+    @click.option("--debug", "debug_", is_flag=True, help="Show tracebacks.")
+    @click.pass_context
+    @functools.wraps(fn)
+    def wrapper(ctx: click.Context, lake_: str | None, json_: bool, debug_: bool, **kw: Any) -> Any:
+        opts = _merge(ctx, lake_, json_, debug_)
+        try:
+            return fn(opts, **kw)
+        except DeltaReleaseError as exc:
+            fail(opts, exc)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one funnel for unexpected errors
+            if opts.debug:
+                traceback.print_exc()
+            internal = DeltaReleaseError(f"internal error: {type(exc).__name__}: {_one_line(str(exc))}")
+            fail(opts, internal)
+
+    return wrapper
+
+
+def _one_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def fail(opts: Options, exc: DeltaReleaseError) -> None:
+    if opts.json:
+        click.echo(json.dumps({"error": exc.to_json()}, default=str))
+    else:
+        click.echo(f"error: {_one_line(exc.message)}", err=True)
+    if opts.debug and exc.__cause__ is not None:
+        traceback.print_exception(exc.__cause__)
+    sys.exit(exc.exit_code)
+
+
+def emit(opts: Options, payload: dict[str, Any], text: str, *, exit_code: int = 0) -> None:
+    if opts.json:
+        click.echo(json.dumps(payload, default=str, sort_keys=False))
+    else:
+        click.echo(text)
+    if exit_code:
+        sys.exit(exit_code)
+
+
+def open_lake(opts: Options, **kw: Any) -> Any:
+    from ..lake import Lake
+
+    return Lake.open(opts.lake, **kw)

@@ -1,0 +1,28 @@
+"""Entry point: `delta-release` and `python -m delta_release`."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .base import Options
+from .orders import history, ingest, read, replay
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--lake", default="lake", show_default=True, metavar="URI", help="Lake root.")
+@click.option("--json", "as_json", is_flag=True, help="Machine output on stdout.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.version_option(__version__)
+@click.pass_context
+def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
+    """Publish versioned Delta Lake tables that are complete, current, replay-safe and erasure-safe."""
+    ctx.obj = Options(lake=lake, json=as_json, debug=debug)
+
+
+for command in (ingest, replay, read, history):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="delta-release")

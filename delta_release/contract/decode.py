@@ -1,0 +1,249 @@
+"""Decode a JSON Lines batch of order events (schema versions 2 and 3).
+
+Every line is accounted for: it becomes an accepted event or a `Reject` with its line number, one reason
+code, a detail that never echoes the payload, and the raw text. Parsing is strict: floats, NaN, duplicate
+keys and numbers that are not plain integers are rejected rather than coerced.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from .reasons import Reason
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "order_id": pl.String(),
+    "position": pl.Int64(),
+    "kind": pl.String(),
+    "amount_cents": pl.Int64(),
+    "currency": pl.String(),
+    "event_day": pl.Int32(),
+    "schema_version": pl.Int8(),
+    "line": pl.Int64(),
+}
+
+_FIELDS = {
+    2: {"schema_version", "order_id", "position", "kind", "amount_cents", "event_day"},
+    3: {"schema_version", "order_id", "position", "kind", "amount_cents", "event_day", "currency"},
+}
+_CURRENCY = re.compile(r"[A-Z]{3}")
+MAX_ORDER_ID = 128
+MAX_INT64 = 2**63 - 1
+MAX_DAY = 2**31 - 1
+BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reject:
+    line: int
+    reason: Reason
+    detail: str
+    raw: str | None
+    order_id: str | None = None  # used by the erasure filter; never written to the ledger
+
+
+@dataclass(slots=True, kw_only=True)
+class DecodedBatch:
+    extracted: int
+    events: pl.DataFrame
+    rejects: list[Reject] = field(default_factory=list)
+    schema_versions: list[int] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return self.events.height
+
+    def reasons(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rejects:
+            out[r.reason.value] = out.get(r.reason.value, 0) + 1
+        return dict(sorted(out.items()))
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+
+
+class _Float:
+    """Marks a JSON number written with a fraction or exponent; never accepted where an integer is due."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _no_constant(name: str) -> Any:
+    raise _Rejected(Reason.MALFORMED_JSON, f"{name} is not valid JSON")
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Rejected(Reason.MALFORMED_JSON, f"duplicate key {key!r} in one object")
+        out[key] = value
+    return out
+
+
+def _int(text: str) -> int:
+    if len(text) > 40:
+        raise _Rejected(Reason.BAD_VALUE, f"number with {len(text)} digits is out of range")
+    return int(text)
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_pairs, parse_float=_Float, parse_int=_int,
+                          parse_constant=_no_constant)
+    except _Rejected:
+        raise
+    except RecursionError:
+        raise _Rejected(Reason.MALFORMED_JSON, "nesting too deep") from None
+    except ValueError as exc:
+        msg = str(exc).split(":")[0]
+        raise _Rejected(Reason.MALFORMED_JSON, f"not valid JSON ({msg})") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, _Float):
+        return "a number with a fraction or exponent"
+    return {bool: "a boolean", str: "a string", list: "an array", dict: "an object",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _nonneg_int(obj: dict[str, Any], name: str, limit: int) -> int:
+    value = obj[name]
+    if not _is_int(value):
+        raise _Rejected(Reason.BAD_TYPE, f"{name} must be an integer, got {_type_name(value)}")
+    if value < 0 or value > limit:
+        raise _Rejected(Reason.BAD_VALUE, f"{name} must be between 0 and {limit}")
+    return int(value)
+
+
+def decode_record(obj: Any) -> dict[str, Any]:
+    """Validate one parsed JSON value and return the normalised event, or raise `_Rejected`."""
+    if not isinstance(obj, dict):
+        raise _Rejected(Reason.NOT_AN_OBJECT, f"expected a JSON object, got {_type_name(obj)}")
+    if "schema_version" not in obj:
+        raise _Rejected(Reason.MISSING_FIELD, "schema_version is missing")
+    version = obj["schema_version"]
+    if not _is_int(version):
+        raise _Rejected(Reason.BAD_TYPE, f"schema_version must be an integer, got {_type_name(version)}")
+    if version not in _FIELDS:
+        raise _Rejected(Reason.UNKNOWN_SCHEMA_VERSION, f"schema_version {version} is not 2 or 3")
+    extra = sorted(set(obj) - _FIELDS[version])
+    if extra:
+        raise _Rejected(Reason.UNEXPECTED_FIELD, f"field {extra[0]!r} is not allowed in schema version {version}")
+    for name in ("order_id", "position", "kind"):
+        if name not in obj:
+            raise _Rejected(Reason.MISSING_FIELD, f"{name} is missing")
+    order_id = obj["order_id"]
+    if not isinstance(order_id, str):
+        raise _Rejected(Reason.BAD_TYPE, f"order_id must be a string, got {_type_name(order_id)}")
+    if not order_id or len(order_id) > MAX_ORDER_ID or not order_id.isprintable():
+        raise _Rejected(Reason.BAD_VALUE, f"order_id must be 1 to {MAX_ORDER_ID} printable characters")
+    position = _nonneg_int(obj, "position", MAX_INT64)
+    kind = obj["kind"]
+    if not isinstance(kind, str):
+        raise _Rejected(Reason.BAD_TYPE, f"kind must be a string, got {_type_name(kind)}")
+    if kind not in ("upsert", "delete"):
+        raise _Rejected(Reason.BAD_VALUE, "kind must be 'upsert' or 'delete'")
+    event: dict[str, Any] = {"order_id": order_id, "position": position, "kind": kind,
+                             "amount_cents": None, "currency": None, "event_day": None,
+                             "schema_version": version}
+    if kind == "upsert":
+        for name in ("amount_cents", "event_day"):
+            if name not in obj:
+                raise _Rejected(Reason.MISSING_FIELD, f"{name} is missing for an upsert")
+        amount = obj["amount_cents"]
+        if isinstance(amount, bool) or amount is None or isinstance(amount, (list, dict)):
+            raise _Rejected(Reason.BAD_TYPE, f"amount_cents must be an integer, got {_type_name(amount)}")
+        if not _is_int(amount):
+            raise _Rejected(Reason.AMOUNT_UNIT,
+                            f"amount_cents must be a JSON integer of cents, got {_type_name(amount)}")
+        if amount < 0 or amount > MAX_INT64:
+            raise _Rejected(Reason.BAD_VALUE, "amount_cents must be >= 0")
+        event["amount_cents"] = int(amount)
+        if version == 3:
+            if "currency" not in obj:
+                raise _Rejected(Reason.MISSING_FIELD, "currency is missing (required by schema version 3)")
+            currency = obj["currency"]
+            if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
+                raise _Rejected(Reason.BAD_CURRENCY, "currency must be three upper-case letters")
+            event["currency"] = currency
+        else:
+            event["currency"] = "INR"
+    else:
+        if "amount_cents" in obj:
+            raise _Rejected(Reason.UNEXPECTED_FIELD, "amount_cents is not allowed on a delete")
+        if "currency" in obj:
+            currency = obj["currency"]
+            if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
+                raise _Rejected(Reason.BAD_CURRENCY, "currency must be three upper-case letters")
+    if "event_day" in obj:
+        event["event_day"] = _nonneg_int(obj, "event_day", MAX_DAY)
+    return event
+
+
+def _content(event: dict[str, Any]) -> tuple[Any, ...]:
+    return (event["order_id"], event["kind"], event["amount_cents"], event["currency"], event["event_day"])
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Lines of a batch: '\\n'-separated, a trailing newline ends the last line, CRLF and a BOM tolerated."""
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+
+def decode_batch(data: bytes) -> DecodedBatch:
+    """Decode every line of a batch. The caller enforces accepted + quarantined == extracted."""
+    lines = split_lines(data)
+    accepted: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    by_position: dict[int, tuple[Any, ...]] = {}
+    for number, raw in enumerate(lines, start=1):
+        raw_text = raw.decode("utf-8", errors="backslashreplace")
+        obj: Any = None
+        try:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _Rejected(Reason.MALFORMED_JSON, f"invalid UTF-8 at byte {exc.start}") from None
+            if not text.strip():
+                raise _Rejected(Reason.MALFORMED_JSON, "empty line")
+            obj = _parse(text)
+            event = decode_record(obj)
+            seen = by_position.get(event["position"])
+            if seen is not None and seen != _content(event):
+                raise _Rejected(Reason.POSITION_CONFLICT,
+                                f"position {event['position']} already holds a different event in this batch")
+            by_position[event["position"]] = _content(event)
+        except _Rejected as rej:
+            oid = obj.get("order_id") if isinstance(obj, dict) else None
+            rejects.append(Reject(line=number, reason=rej.reason, detail=rej.detail, raw=raw_text,
+                                  order_id=oid if isinstance(oid, str) else None))
+            continue
+        event["line"] = number
+        accepted.append(event)
+    events = pl.DataFrame(accepted, schema=EVENT_SCHEMA, orient="row") if accepted else pl.DataFrame(
+        schema=EVENT_SCHEMA)
+    versions = sorted(int(v) for v in events["schema_version"].unique().to_list()) if accepted else []
+    return DecodedBatch(extracted=len(lines), events=events, rejects=rejects, schema_versions=versions)

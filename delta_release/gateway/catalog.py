@@ -1,0 +1,136 @@
+"""The catalog: tables (name, location, kind) and publications (generation -> Delta version).
+
+`Catalog` is the seam; `SqliteCatalog` is the embedded default, a SQLite file in the lake. Publishing is
+a compare-and-swap on the table's generation inside one IMMEDIATE transaction, so two publishers that
+both expected generation g cannot both win.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import GenerationConflictError, NotFoundError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableEntry:
+    name: str
+    location: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Publication:
+    table: str
+    generation: int
+    version: int
+    completed: str
+    digest: str
+    label: str | None = None
+
+
+class Catalog(Protocol):
+    def register(self, name: str, *, location: str, kind: str) -> TableEntry: ...
+    def set_location(self, name: str, location: str) -> None: ...
+    def table(self, name: str) -> TableEntry | None: ...
+    def tables(self) -> list[TableEntry]: ...
+    def current(self, name: str) -> Publication | None: ...
+    def publications(self, name: str) -> list[Publication]: ...
+    def publish(self, name: str, *, expected_generation: int | None, version: int, digest: str,
+                completed: str, label: str | None = None) -> Publication: ...
+
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS tables (
+    name TEXT PRIMARY KEY, location TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS publications (
+    table_name TEXT NOT NULL, generation INTEGER NOT NULL, version INTEGER NOT NULL,
+    completed TEXT NOT NULL, digest TEXT NOT NULL, label TEXT,
+    PRIMARY KEY (table_name, generation));
+"""
+
+
+class SqliteCatalog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(self.path, timeout=60)
+        try:
+            con.executescript(_DDL)
+        finally:
+            con.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        try:
+            con.execute("PRAGMA busy_timeout = 60000")
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            con.close()
+
+    def register(self, name: str, *, location: str, kind: str) -> TableEntry:
+        with self._tx() as con:
+            row = con.execute("SELECT location, kind FROM tables WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                con.execute("INSERT INTO tables VALUES (?, ?, ?)", (name, location, kind))
+                return TableEntry(name=name, location=location, kind=kind)
+        return TableEntry(name=name, location=row[0], kind=row[1])
+
+    def set_location(self, name: str, location: str) -> None:
+        with self._tx() as con:
+            if con.execute("UPDATE tables SET location = ? WHERE name = ?", (location, name)).rowcount != 1:
+                raise NotFoundError(f"table {name} is not in the catalog", table=name)
+
+    def table(self, name: str) -> TableEntry | None:
+        with self._tx() as con:
+            row = con.execute("SELECT name, location, kind FROM tables WHERE name = ?", (name,)).fetchone()
+        return None if row is None else TableEntry(name=row[0], location=row[1], kind=row[2])
+
+    def tables(self) -> list[TableEntry]:
+        with self._tx() as con:
+            rows = con.execute("SELECT name, location, kind FROM tables ORDER BY name").fetchall()
+        return [TableEntry(name=r[0], location=r[1], kind=r[2]) for r in rows]
+
+    @staticmethod
+    def _pub(row: tuple[object, ...]) -> Publication:
+        return Publication(table=str(row[0]), generation=int(row[1]), version=int(row[2]),  # type: ignore[call-overload]
+                           completed=str(row[3]), digest=str(row[4]),
+                           label=None if row[5] is None else str(row[5]))
+
+    def current(self, name: str) -> Publication | None:
+        with self._tx() as con:
+            row = con.execute("SELECT * FROM publications WHERE table_name = ? ORDER BY generation DESC"
+                              " LIMIT 1", (name,)).fetchone()
+        return None if row is None else self._pub(row)
+
+    def publications(self, name: str) -> list[Publication]:
+        with self._tx() as con:
+            rows = con.execute("SELECT * FROM publications WHERE table_name = ? ORDER BY generation",
+                               (name,)).fetchall()
+        return [self._pub(r) for r in rows]
+
+    def publish(self, name: str, *, expected_generation: int | None, version: int, digest: str,
+                completed: str, label: str | None = None) -> Publication:
+        with self._tx() as con:
+            row = con.execute("SELECT MAX(generation) FROM publications WHERE table_name = ?",
+                              (name,)).fetchone()
+            found = None if row is None or row[0] is None else int(row[0])
+            if found != expected_generation:
+                raise GenerationConflictError(name, expected_generation, found)
+            generation = (found or 0) + 1
+            con.execute("INSERT INTO publications VALUES (?, ?, ?, ?, ?, ?)",
+                        (name, generation, version, completed, digest, label))
+        return Publication(table=name, generation=generation, version=version, completed=completed,
+                           digest=digest, label=label)

@@ -1,0 +1,30 @@
+"""What each version of a table did, which generation published it, and whether it may be read."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _delta
+
+if TYPE_CHECKING:
+    from .lake import Lake
+
+
+def table_history(lake: Lake, table: str) -> list[dict[str, Any]]:
+    generations: dict[int, list[int]] = {}
+    for pub in lake.catalog.publications(table):
+        generations.setdefault(pub.version, []).append(pub.generation)
+    out = []
+    for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
+        ev = entry["evidence"] or {}
+        out.append({
+            "version": entry["version"],
+            "timestamp": entry["timestamp"],
+            "operation": ev.get("operation") or entry["operation"],
+            "batch_ids": ev.get("batch_ids", []),
+            "files_added": len(ev.get("files", [])),
+            "files_removed": len(ev.get("removed", [])),
+            "generations": generations.get(entry["version"], []),
+            "allowed": True,
+        })
+    return out

@@ -1,0 +1,170 @@
+"""The ingest pipeline: decode -> raw -> erasure filter -> apply -> quarantine -> stage -> gate -> commit
+-> publish. A stale parent rebuilds the candidate on the new parent (bounded attempts)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from . import _delta
+from .apply import plan_apply
+from .apply.fold import read_rows_from
+from .contract import DecodedBatch, Reason, Reject, decode_batch
+from .errors import GateError, ReconciliationError, StaleParentError
+from .publish import gate_candidate, stage_partitions
+from .raw import batch_id_of
+
+if TYPE_CHECKING:
+    from .lake import Lake
+
+MAX_ATTEMPTS = 8
+
+
+@dataclass(slots=True, kw_only=True)
+class IngestReport:
+    batch_id: str
+    extracted: int
+    accepted: int
+    quarantined: int
+    reasons: dict[str, int]
+    schema_versions: list[int]
+    version: int | None
+    duplicate: bool = False
+    attempts: int = 0
+    stale_parents: list[dict[str, Any]] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id, "extracted": self.extracted, "accepted": self.accepted,
+            "quarantined": self.quarantined, "reasons": self.reasons,
+            "schema_versions": self.schema_versions, "version": self.version,
+            "duplicate": self.duplicate, "attempts": self.attempts, "stale_parents": self.stale_parents,
+            "files": self.files, "removed": self.removed,
+        }
+
+
+def applied_batches(lake: Lake, table: str = "orders") -> set[str]:
+    out: set[str] = set()
+    for entry in _delta.history(lake.table_uri(table), lake.options):
+        ev = entry["evidence"] or {}
+        out.update(ev.get("batch_ids", []))
+    return out
+
+
+def _erasure_filter(lake: Lake, decoded: DecodedBatch) -> tuple[pl.DataFrame, list[Reject]]:
+    erased = lake.erasures.erased_subjects()
+    if not erased or decoded.events.height == 0:
+        return decoded.events, []
+    keys = decoded.events["order_id"].unique().to_list()
+    blocked = [k for k in keys if lake.erasures.subject_key(k) in erased]
+    if not blocked:
+        return decoded.events, []
+    mask = pl.col("order_id").is_in(blocked)
+    rejects = [Reject(line=int(line), reason=Reason.ERASED_SUBJECT, detail="the subject of this event is erased",
+                      raw=None, order_id=oid)
+               for oid, line in decoded.events.filter(mask).select("order_id", "line").iter_rows()]
+    return decoded.events.filter(mask.not_()), rejects
+
+
+def _digest(evidence: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
+
+
+def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = "orders") -> IngestReport:
+    decoded = decode_batch(data)
+    batch_id = batch_id_of(data)
+    lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
+                 received=lake.clock.now())
+    report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
+                          quarantined=len(decoded.rejects), reasons=decoded.reasons(),
+                          schema_versions=decoded.schema_versions, version=None)
+    lake.recover_publication(table)
+    if not replay and batch_id in applied_batches(lake, table):
+        report.duplicate = True
+        return report
+    events, blocked = _erasure_filter(lake, decoded)
+    tdef = lake.tables[table]
+    uri = lake.table_uri(table)
+    tstore = lake.table_storage(table)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        report.attempts = attempt
+        parent = lake.latest_version(table)
+        assert parent is not None
+        lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
+        plan = plan_apply(events, read_rows_from(lf))
+        line_raw = {r.line: r for r in decoded.rejects}
+        conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
+                                   raw=_line_text(data, c.line), order_id=c.order_id) for c in plan.conflicts]
+        rejects = sorted([*line_raw.values(), *blocked, *conflict_rejects], key=lambda r: r.line)
+        accepted = events.height - len(plan.conflicts)
+        if accepted + len(rejects) != decoded.extracted:
+            raise ReconciliationError(batch_id, decoded.extracted, accepted, len(rejects))
+        report.accepted, report.quarantined = accepted, len(rejects)
+        report.reasons = _count(rejects)
+        lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key)
+        if plan.empty:
+            return report
+        entries = _delta.file_entries(uri, lake.options, parent)
+        affected = {(None if d is None else str(d)) for d in plan.partitions}
+        removes = [e for e in entries if _pv(e.partition_values.get(tdef.partition)) in affected]
+        now_ms = int(lake.clock.now().timestamp() * 1000)
+        candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=[batch_id],
+                                     partition_column=tdef.partition, key=tdef.key or "order_id",
+                                     file_schema=tdef.file_schema(), partitions=plan.partitions,
+                                     removes=removes, now_ms=now_ms)
+        try:
+            gate_candidate(tstore, candidate)
+            evidence = candidate.evidence(operation="replay" if replay else "ingest",
+                                          changed_keys=plan.changed_keys)
+            evidence["digest"] = _digest(evidence)
+            version = _delta.commit(uri, lake.options, table=table, parent=parent,
+                                    adds=[f.to_add() for f in candidate.files], removes=removes,
+                                    evidence=evidence, partition_by=[tdef.partition])
+        except StaleParentError as exc:
+            _discard(tstore, candidate.files)
+            report.stale_parents.append({"expected": exc.expected, "found": exc.found})
+            continue
+        except GateError:
+            _discard(tstore, candidate.files)
+            raise
+        lake.publish_version(table, version, digest=evidence["digest"])
+        report.version = version
+        report.files = [f.public() for f in candidate.files]
+        report.removed = [r.path for r in removes]
+        return report
+    last = report.stale_parents[-1]
+    raise StaleParentError(table, last["expected"], last["found"])
+
+
+def _pv(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _count(rejects: list[Reject]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rejects:
+        out[r.reason.value] = out.get(r.reason.value, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _line_text(data: bytes, line: int) -> str:
+    from .contract.decode import split_lines
+
+    return split_lines(data)[line - 1].decode("utf-8", errors="backslashreplace")
+
+
+def _discard(storage: Any, files: list[Any]) -> None:
+    """Remove a candidate's staged files; they were never referenced by any version."""
+    for f in files:
+        storage.delete(f.path)
+
+
+def replay_batches(lake: Lake, batch_id: str | None, *, all_batches: bool) -> list[IngestReport]:
+    ids = [b.batch_id for b in lake.raw.list()] if all_batches else [batch_id] if batch_id else []
+    return [ingest_batch(lake, lake.raw.read(b), replay=True) for b in ids]

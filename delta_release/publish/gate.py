@@ -1,0 +1,57 @@
+"""The gate before a commit: every candidate file on storage matches its recorded evidence.
+
+delta-rs accepts add actions for missing files, wrong sizes, lying stats and files outside their
+partition directory, and each of those breaks or falsifies later reads. This gate re-reads each file
+from storage and refuses the commit, naming the file and the mismatch, before anything becomes visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pyarrow.parquet as pq
+
+from ..errors import GateError
+from ..storage import Storage
+from .candidate import Candidate, FileEvidence, file_stats, partition_dir
+
+
+def check_file(storage: Storage, ev: FileEvidence) -> tuple[str, str] | None:
+    """Return (mismatch code, detail) for the first way the file differs from its evidence, or None."""
+    parts = ev.path.split("/")
+    (pcol, pval), = ev.partition.items()
+    if (len(parts) != 2 or parts[0] != partition_dir(pcol, pval) or ".." in parts
+            or not parts[1].endswith(".parquet")):
+        return "partition_path", f"expected a file directly under {partition_dir(pcol, pval)}/"
+    size = storage.size(ev.path)
+    if size is None:
+        return "missing", "file does not exist"
+    if size != ev.size:
+        return "size_mismatch", f"expected {ev.size} bytes, found {size}"
+    data = storage.read_bytes(ev.path)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ev.sha256:
+        return "checksum_mismatch", f"expected sha256 {ev.sha256[:16]}..., found {digest[:16]}..."
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
+        return "unreadable", f"parquet cannot be read: {type(exc).__name__}"
+    if table.num_rows != ev.rows:
+        return "count_mismatch", f"expected {ev.rows} rows, found {table.num_rows}"
+    if pcol in table.column_names:
+        return "partition_path", f"partition column {pcol} must not be stored in the file"
+    if json.loads(file_stats(table)) != json.loads(ev.stats):
+        return "stats_mismatch", "column statistics differ from the recorded stats"
+    return None
+
+
+def gate_candidate(storage: Storage, candidate: Candidate) -> None:
+    """Raise GateError for the first file that does not match; the commit must not happen then."""
+    for ev in candidate.files:
+        bad = check_file(storage, ev)
+        if bad is not None:
+            code, detail = bad
+            raise GateError(f"gate failed for {ev.path}: {code}: {detail}", path=ev.path, mismatch=code,
+                            candidate=candidate.candidate_id)

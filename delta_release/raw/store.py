@@ -1,0 +1,93 @@
+"""Raw batches, write-once, named by the sha256 of their bytes.
+
+`<lake>/_raw/<sha256>.jsonl` holds the bytes exactly as received; `<sha256>.meta.json` a small record
+(extracted count, received time, schema versions seen). Identical bytes map to the same name, so a
+second ingest is detected; different bytes have a different name, so nothing can replace a stored batch.
+Nothing in the product, erasure included, rewrites these files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from ..clock import iso
+from ..errors import DeltaReleaseError, NotFoundError
+from ..storage import Storage
+
+PREFIX = "_raw"
+
+
+def batch_id_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawBatch:
+    batch_id: str
+    sha256: str
+    size: int
+    extracted: int
+    received: str
+    schema_versions: list[int]
+
+
+class RawStore:
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def _data_path(self, sha: str) -> str:
+        return f"{PREFIX}/{sha}.jsonl"
+
+    def _meta_path(self, sha: str) -> str:
+        return f"{PREFIX}/{sha}.meta.json"
+
+    def put(self, data: bytes, *, extracted: int, schema_versions: list[int],
+            received: datetime) -> tuple[RawBatch, bool]:
+        """Store the batch if new. Returns its record and whether this call stored it."""
+        sha = hashlib.sha256(data).hexdigest()
+        created = self._storage.write_once(self._data_path(sha), data)
+        if not created:
+            stored = self._storage.read_bytes(self._data_path(sha))
+            if hashlib.sha256(stored).hexdigest() != sha:
+                raise DeltaReleaseError(f"raw batch {sha[:16]} on storage does not match its name",
+                                        batch_id=sha[:16])
+        record = RawBatch(batch_id=sha[:16], sha256=sha, size=len(data), extracted=extracted,
+                          received=iso(received), schema_versions=list(schema_versions))
+        meta = json.dumps(asdict(record), sort_keys=True).encode()
+        if not self._storage.write_once(self._meta_path(sha), meta) and not created:
+            record = self.get(sha[:16])
+        return record, created
+
+    def _sha_for(self, batch_id: str) -> str:
+        for obj in self._storage.list(PREFIX, recursive=False):
+            name = obj.path.rsplit("/", 1)[-1]
+            if name.startswith(batch_id) and name.endswith(".jsonl"):
+                return name.removesuffix(".jsonl")
+        raise NotFoundError(f"raw batch {batch_id} is not in the raw store", batch_id=batch_id)
+
+    def get(self, batch_id: str) -> RawBatch:
+        sha = self._sha_for(batch_id)
+        if not self._storage.exists(self._meta_path(sha)):
+            data = self._storage.read_bytes(self._data_path(sha))
+            return RawBatch(batch_id=batch_id, sha256=sha, size=len(data), extracted=-1, received="",
+                            schema_versions=[])
+        return RawBatch(**json.loads(self._storage.read_bytes(self._meta_path(sha))))
+
+    def read(self, batch_id: str) -> bytes:
+        sha = self._sha_for(batch_id)
+        data = self._storage.read_bytes(self._data_path(sha))
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise DeltaReleaseError(f"raw batch {batch_id} on storage does not match its sha256",
+                                    batch_id=batch_id)
+        return data
+
+    def list(self) -> list[RawBatch]:
+        out = []
+        for obj in self._storage.list(PREFIX, recursive=False):
+            if obj.path.endswith(".jsonl"):
+                sha = obj.path.rsplit("/", 1)[-1].removesuffix(".jsonl")
+                out.append(self.get(sha[:16]))
+        return sorted(out, key=lambda b: (b.received, b.batch_id))

@@ -1,0 +1,76 @@
+"""Table definitions (tables/*.yaml): name, kind, key, ordering column, partition column, columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from .errors import ConfigError
+
+DEFAULT_TABLES_DIR = Path(__file__).resolve().parents[1] / "tables"
+
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "int64": pa.int64(),
+    "int32": pa.int32(),
+    "float64": pa.float64(),
+    "bool": pa.bool_(),
+}
+_KEYS = {"name", "kind", "key", "ordering", "partition", "columns", "location"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableDef:
+    name: str
+    kind: str  # "delta" (we apply events) or "external" (producer manifests)
+    partition: str
+    columns: dict[str, str]
+    key: str | None = None
+    ordering: str | None = None
+    location: str | None = None  # relative to the lake root, or an absolute URI; default: the name
+
+    def arrow_schema(self) -> pa.Schema:
+        """Full schema, partition column last (as Delta and hive paths present it)."""
+        fields = [pa.field(c, _ARROW_TYPES[t]) for c, t in self.columns.items() if c != self.partition]
+        fields.append(pa.field(self.partition, _ARROW_TYPES[self.columns[self.partition]]))
+        return pa.schema(fields)
+
+    def file_schema(self) -> pa.Schema:
+        """Schema of the data files: the partition column lives in the path, not in the file."""
+        return pa.schema([f for f in self.arrow_schema() if f.name != self.partition])
+
+
+def _check(path: Path, doc: Any) -> TableDef:
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: a table definition must be a mapping", file=str(path))
+    for key in doc:
+        if key not in _KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}", file=str(path), key=str(key))
+    for key in ("name", "kind", "partition", "columns"):
+        if key not in doc:
+            raise ConfigError(f"{path}: missing key {key!r}", file=str(path), key=key)
+    columns = doc["columns"]
+    if not isinstance(columns, dict) or doc["partition"] not in columns:
+        raise ConfigError(f"{path}: columns must map names to types and include the partition",
+                          file=str(path), key="columns")
+    for name, typ in columns.items():
+        if typ not in _ARROW_TYPES:
+            raise ConfigError(f"{path}: column {name} has unknown type {typ!r}", file=str(path),
+                              key=f"columns.{name}")
+    return TableDef(
+        name=str(doc["name"]), kind=str(doc["kind"]), partition=str(doc["partition"]),
+        columns={str(k): str(v) for k, v in columns.items()}, key=doc.get("key"),
+        ordering=doc.get("ordering"), location=doc.get("location"),
+    )
+
+
+def load_table_defs(directory: Path = DEFAULT_TABLES_DIR) -> dict[str, TableDef]:
+    defs: dict[str, TableDef] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        table = _check(path, yaml.safe_load(path.read_text(encoding="utf-8")))
+        defs[table.name] = table
+    return defs
