@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..erasure.permission import check_snapshot
 from ..errors import NotFoundError
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class Gateway:
         elif version < 0 or version > pub.version:
             raise NotFoundError(f"version {version} of {table} is not published (published: {pub.version})",
                                 table=table, version=version, published=pub.version)
+        check_snapshot(self.lake, table, version)
         return self.lake.table_uri(table), version
 
     def scan(self, table: str, version: int | None, *, include_tombstones: bool = False) -> pl.LazyFrame:
