@@ -6,6 +6,7 @@ import click
 
 from .. import __version__
 from .base import Options
+from .audit import audit
 from .orders import history, ingest, read, replay
 
 
@@ -20,7 +21,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     ctx.obj = Options(lake=lake, json=as_json, debug=debug)
 
 
-for command in (ingest, replay, read, history):
+for command in (ingest, replay, read, history, audit):
     cli.add_command(command)
 
 
