@@ -15,7 +15,7 @@ from .apply import plan_apply
 from .apply.fold import read_rows_from
 from .contract import DecodedBatch, Reason, Reject, decode_batch
 from .errors import GateError, ReconciliationError, StaleParentError
-from .publish import gate_candidate, stage_partitions
+from .publish import Candidate, gate_candidate, stage_partitions
 from .raw import batch_id_of
 
 if TYPE_CHECKING:
@@ -76,6 +76,63 @@ def _digest(evidence: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
 
 
+@dataclass(slots=True, kw_only=True)
+class Prepared:
+    """A writer's work on one parent: the plan, and the staged, gated candidate (None when no change)."""
+
+    parent: int
+    plan: Any
+    candidate: Candidate | None
+    evidence: dict[str, Any] | None
+
+
+def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_ids: list[str],
+                      operation: str, table: str = "orders") -> Prepared:
+    """Apply `events` on `parent`: plan the partitions, stage new files, gate them. Nothing is visible."""
+    tdef = lake.tables[table]
+    uri = lake.table_uri(table)
+    lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
+    plan = plan_apply(events, read_rows_from(lf))
+    if plan.empty:
+        return Prepared(parent=parent, plan=plan, candidate=None, evidence=None)
+    entries = _delta.file_entries(uri, lake.options, parent)
+    affected = {(None if d is None else str(d)) for d in plan.partitions}
+    removes = [e for e in entries if _pv(e.partition_values.get(tdef.partition)) in affected]
+    tstore = lake.table_storage(table)
+    candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=batch_ids,
+                                 partition_column=tdef.partition, key=tdef.key or "order_id",
+                                 file_schema=tdef.file_schema(), partitions=plan.partitions,
+                                 removes=removes, now_ms=int(lake.clock.now().timestamp() * 1000))
+    try:
+        gate_candidate(tstore, candidate)
+    except GateError:
+        discard_candidate(lake, candidate)
+        raise
+    evidence = candidate.evidence(operation=operation, changed_keys=plan.changed_keys)
+    evidence["digest"] = _digest(evidence)
+    return Prepared(parent=parent, plan=plan, candidate=candidate, evidence=evidence)
+
+
+def commit_candidate(lake: Lake, prepared: Prepared, *, table: str = "orders") -> int:
+    """One strict commit of a gated candidate on its parent; a stale parent discards the staged files."""
+    assert prepared.candidate is not None and prepared.evidence is not None
+    cand = prepared.candidate
+    try:
+        return _delta.commit(lake.table_uri(table), lake.options, table=table, parent=prepared.parent,
+                             adds=[f.to_add() for f in cand.files], removes=cand.removes,
+                             evidence=prepared.evidence, partition_by=[lake.tables[table].partition])
+    except StaleParentError:
+        discard_candidate(lake, cand)
+        raise
+
+
+def discard_candidate(lake: Lake, candidate: Candidate) -> None:
+    """Remove a candidate's staged files; they were never referenced by any version."""
+    store = lake.table_storage(candidate.table)
+    for f in candidate.files:
+        store.delete(f.path)
+
+
 def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = "orders") -> IngestReport:
     decoded = decode_batch(data)
     batch_id = batch_id_of(data)
@@ -89,54 +146,36 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
         report.duplicate = True
         return report
     events, blocked = _erasure_filter(lake, decoded)
-    tdef = lake.tables[table]
-    uri = lake.table_uri(table)
-    tstore = lake.table_storage(table)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         report.attempts = attempt
         parent = lake.latest_version(table)
         assert parent is not None
-        lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
-        plan = plan_apply(events, read_rows_from(lf))
-        line_raw = {r.line: r for r in decoded.rejects}
+        prepared = prepare_candidate(lake, events, parent=parent, batch_ids=[batch_id],
+                                     operation="replay" if replay else "ingest", table=table)
+        conflicts = prepared.plan.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
-                                   raw=_line_text(data, c.line), order_id=c.order_id) for c in plan.conflicts]
-        rejects = sorted([*line_raw.values(), *blocked, *conflict_rejects], key=lambda r: r.line)
-        accepted = events.height - len(plan.conflicts)
+                                   raw=_line_text(data, c.line), order_id=c.order_id) for c in conflicts]
+        rejects = sorted([*decoded.rejects, *blocked, *conflict_rejects], key=lambda r: r.line)
+        accepted = events.height - len(conflicts)
         if accepted + len(rejects) != decoded.extracted:
+            if prepared.candidate is not None:
+                discard_candidate(lake, prepared.candidate)
             raise ReconciliationError(batch_id, decoded.extracted, accepted, len(rejects))
         report.accepted, report.quarantined = accepted, len(rejects)
         report.reasons = _count(rejects)
         lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key)
-        if plan.empty:
+        if prepared.candidate is None:
             return report
-        entries = _delta.file_entries(uri, lake.options, parent)
-        affected = {(None if d is None else str(d)) for d in plan.partitions}
-        removes = [e for e in entries if _pv(e.partition_values.get(tdef.partition)) in affected]
-        now_ms = int(lake.clock.now().timestamp() * 1000)
-        candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=[batch_id],
-                                     partition_column=tdef.partition, key=tdef.key or "order_id",
-                                     file_schema=tdef.file_schema(), partitions=plan.partitions,
-                                     removes=removes, now_ms=now_ms)
         try:
-            gate_candidate(tstore, candidate)
-            evidence = candidate.evidence(operation="replay" if replay else "ingest",
-                                          changed_keys=plan.changed_keys)
-            evidence["digest"] = _digest(evidence)
-            version = _delta.commit(uri, lake.options, table=table, parent=parent,
-                                    adds=[f.to_add() for f in candidate.files], removes=removes,
-                                    evidence=evidence, partition_by=[tdef.partition])
+            version = commit_candidate(lake, prepared, table=table)
         except StaleParentError as exc:
-            _discard(tstore, candidate.files)
             report.stale_parents.append({"expected": exc.expected, "found": exc.found})
             continue
-        except GateError:
-            _discard(tstore, candidate.files)
-            raise
-        lake.publish_version(table, version, digest=evidence["digest"])
+        assert prepared.evidence is not None
+        lake.publish_version(table, version, digest=prepared.evidence["digest"])
         report.version = version
-        report.files = [f.public() for f in candidate.files]
-        report.removed = [r.path for r in removes]
+        report.files = [f.public() for f in prepared.candidate.files]
+        report.removed = [r.path for r in prepared.candidate.removes]
         return report
     last = report.stale_parents[-1]
     raise StaleParentError(table, last["expected"], last["found"])
@@ -157,12 +196,6 @@ def _line_text(data: bytes, line: int) -> str:
     from .contract.decode import split_lines
 
     return split_lines(data)[line - 1].decode("utf-8", errors="backslashreplace")
-
-
-def _discard(storage: Any, files: list[Any]) -> None:
-    """Remove a candidate's staged files; they were never referenced by any version."""
-    for f in files:
-        storage.delete(f.path)
 
 
 def replay_batches(lake: Lake, batch_id: str | None, *, all_batches: bool) -> list[IngestReport]:
