@@ -7,6 +7,7 @@ import click
 from .. import __version__
 from .base import Options
 from .audit import audit
+from .drills import drill
 from .orders import history, ingest, read, replay
 
 
@@ -21,7 +22,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     ctx.obj = Options(lake=lake, json=as_json, debug=debug)
 
 
-for command in (ingest, replay, read, history, audit):
+for command in (ingest, replay, read, history, audit, drill):
     cli.add_command(command)
 
 

@@ -1,0 +1,29 @@
+"""drill conflict|erasure|crash|freshness: scripted drills in a scratch lake; pass/fail evidence."""
+
+from __future__ import annotations
+
+import click
+
+from .base import Options, command_options, emit
+
+
+@click.group()
+def drill() -> None:
+    """Scripted drills in a scratch lake (the lake named by --lake); exit 3 when a drill fails."""
+
+
+def emit_drill(opts: Options, result: dict[str, object], name: str) -> None:
+    checks = result.get("checks", {})
+    assert isinstance(checks, dict)
+    lines = [f"drill {name}: {'PASSED' if result['passed'] else 'FAILED'}"]
+    lines += [f"  {'ok  ' if ok else 'FAIL'} {check}" for check, ok in checks.items()]
+    emit(opts, result, "\n".join(lines), exit_code=0 if result["passed"] else 3)
+
+
+@drill.command("conflict")
+@command_options
+def conflict(opts: Options) -> None:
+    """Two writers on snapshot 41: the stale one is refused, reloads, applies the tombstone, rebuilds."""
+    from ..drills.conflict import run_conflict_drill
+
+    emit_drill(opts, run_conflict_drill(opts.lake), "conflict")

@@ -1,0 +1,23 @@
+"""Scratch lakes for drills: a drill runs in the lake named by --lake, which must be new or a drill's."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..errors import InputError
+
+MARKER = ".drill-scratch"
+
+
+def prepare_scratch(uri: str) -> Path:
+    """Return an empty directory for a drill lake. Refuses to wipe a directory that is not a scratch lake."""
+    path = Path(uri)
+    if path.exists() and any(path.iterdir()):
+        if not (path / MARKER).exists():
+            raise InputError(f"drill needs a scratch lake: {path} already holds data that is not a drill's",
+                             lake=str(path))
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).write_text("created by a delta-release drill; wiped by the next drill\n")
+    return path
