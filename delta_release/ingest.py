@@ -15,6 +15,7 @@ from .apply import plan_apply
 from .apply.fold import read_rows_from
 from .contract import DecodedBatch, Reason, Reject, decode_batch
 from .errors import GateError, ReconciliationError, StaleParentError
+from .faults import crash_point, crash_window
 from .publish import Candidate, gate_candidate, stage_partitions
 from .raw import batch_id_of
 
@@ -103,8 +104,10 @@ def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_id
                                  partition_column=tdef.partition, key=tdef.key or "order_id",
                                  file_schema=tdef.file_schema(), partitions=plan.partitions,
                                  removes=removes, now_ms=int(lake.clock.now().timestamp() * 1000))
+    crash_point("ingest.after_staging")
     try:
         gate_candidate(tstore, candidate)
+        crash_point("ingest.after_gate")
     except GateError:
         discard_candidate(lake, candidate)
         raise
@@ -118,9 +121,10 @@ def commit_candidate(lake: Lake, prepared: Prepared, *, table: str = "orders") -
     assert prepared.candidate is not None and prepared.evidence is not None
     cand = prepared.candidate
     try:
-        return _delta.commit(lake.table_uri(table), lake.options, table=table, parent=prepared.parent,
-                             adds=[f.to_add() for f in cand.files], removes=cand.removes,
-                             evidence=prepared.evidence, partition_by=[lake.tables[table].partition])
+        with crash_window("commit.during"):
+            return _delta.commit(lake.table_uri(table), lake.options, table=table, parent=prepared.parent,
+                                 adds=[f.to_add() for f in cand.files], removes=cand.removes,
+                                 evidence=prepared.evidence, partition_by=[lake.tables[table].partition])
     except StaleParentError:
         discard_candidate(lake, cand)
         raise
@@ -138,6 +142,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
     batch_id = batch_id_of(data)
     lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
                  received=lake.clock.now())
+    crash_point("ingest.after_raw")
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
@@ -164,6 +169,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
         report.accepted, report.quarantined = accepted, len(rejects)
         report.reasons = _count(rejects)
         lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key)
+        crash_point("ingest.after_quarantine")
         if prepared.candidate is None:
             return report
         try:
@@ -172,7 +178,9 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
             report.stale_parents.append({"expected": exc.expected, "found": exc.found})
             continue
         assert prepared.evidence is not None
+        crash_point("ingest.after_commit")
         lake.publish_version(table, version, digest=prepared.evidence["digest"])
+        crash_point("ingest.after_publish")
         report.version = version
         report.files = [f.public() for f in prepared.candidate.files]
         report.removed = [r.path for r in prepared.candidate.removes]

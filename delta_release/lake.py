@@ -16,6 +16,7 @@ from . import _delta
 from .clock import Clock, SystemClock, iso
 from .erasure import ErasureLedger, load_key
 from .errors import InputError, NotFoundError
+from .faults import crash_point
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
 from .quarantine import QuarantineLedger
 from .raw import RawStore
@@ -110,6 +111,7 @@ class Lake:
             current = self.catalog.current(name)
             if current is not None and current.version >= version and label is None:
                 return current
+            crash_point("publish.before_swap")
             try:
                 return self.catalog.publish(name, expected_generation=None if current is None
                                             else current.generation, version=version, digest=digest,

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .._delta import FileAdd
+from ..faults import crash_point
 from ..storage import Storage
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -121,5 +122,7 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
             rel = f"{partition_dir(partition_column, value)}/part-{candidate_id}-{i:04d}.parquet"
             files.append(stage_file(storage, rel_path=rel, table=data.slice(start, ROWS_PER_FILE),
                                     partition={partition_column: value}, key=key, now_ms=now_ms))
+            if len(files) == 1:
+                crash_point("stage.after_first_file")
     return Candidate(candidate_id=candidate_id, table=table, parent=parent, batch_ids=batch_ids,
                      files=files, removes=removes)
