@@ -27,3 +27,12 @@ def conflict(opts: Options) -> None:
     from ..drills.conflict import run_conflict_drill
 
     emit_drill(opts, run_conflict_drill(opts.lake), "conflict")
+
+
+@drill.command("crash")
+@command_options
+def crash(opts: Options) -> None:
+    """SIGKILL a separate interpreter at every ingest/publish step; check the snapshot, rerun, clean up."""
+    from ..drills.crash import run_crash_drill
+
+    emit_drill(opts, run_crash_drill(opts.lake), "crash")
