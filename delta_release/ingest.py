@@ -88,7 +88,7 @@ class Prepared:
 
 
 def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_ids: list[str],
-                      operation: str, table: str = "orders") -> Prepared:
+                      operation: str, table: str = "orders", publication: str = "immediate") -> Prepared:
     """Apply `events` on `parent`: plan the partitions, stage new files, gate them. Nothing is visible."""
     tdef = lake.tables[table]
     uri = lake.table_uri(table)
@@ -111,7 +111,7 @@ def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_id
     except GateError:
         discard_candidate(lake, candidate)
         raise
-    evidence = candidate.evidence(operation=operation, changed_keys=plan.changed_keys)
+    evidence = candidate.evidence(operation=operation, changed_keys=plan.changed_keys, publication=publication)
     evidence["digest"] = _digest(evidence)
     return Prepared(parent=parent, plan=plan, candidate=candidate, evidence=evidence)
 
@@ -137,7 +137,10 @@ def discard_candidate(lake: Lake, candidate: Candidate) -> None:
         store.delete(f.path)
 
 
-def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = "orders") -> IngestReport:
+def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = "orders",
+                 publish: bool = True) -> IngestReport:
+    """Ingest one batch. With publish=False (a release run) the commit lands but the catalog is left to
+    the run's ship decision, and crash recovery will not publish it either."""
     decoded = decode_batch(data)
     batch_id = batch_id_of(data)
     lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
@@ -156,7 +159,8 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
         parent = lake.latest_version(table)
         assert parent is not None
         prepared = prepare_candidate(lake, events, parent=parent, batch_ids=[batch_id],
-                                     operation="replay" if replay else "ingest", table=table)
+                                     operation="replay" if replay else "ingest", table=table,
+                                     publication="immediate" if publish else "deferred")
         conflicts = prepared.plan.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
                                    raw=_line_text(data, c.line), order_id=c.order_id) for c in conflicts]
@@ -179,7 +183,8 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
             continue
         assert prepared.evidence is not None
         crash_point("ingest.after_commit")
-        lake.publish_version(table, version, digest=prepared.evidence["digest"])
+        if publish:
+            lake.publish_version(table, version, digest=prepared.evidence["digest"])
         crash_point("ingest.after_publish")
         report.version = version
         report.files = [f.public() for f in prepared.candidate.files]
