@@ -9,16 +9,12 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,interop]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	rm -rf lake
-	$(BIN)/delta-release --lake lake ingest fixtures/orders/v2.jsonl
-	$(BIN)/delta-release --lake lake ingest fixtures/orders/v3.jsonl
-	$(BIN)/delta-release --lake lake ingest fixtures/orders/bad.jsonl
-	$(BIN)/delta-release --lake lake history
-	$(BIN)/delta-release --lake lake read
+	$(BIN)/delta-release run config/release.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

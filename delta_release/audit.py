@@ -33,8 +33,20 @@ def parse_days(spec: str) -> tuple[int, int]:
 
 
 def audit_days(lake: Lake, table: str = "orders", first_day: int = 0, last_day: int = 0,
-               version: int | None = None) -> dict[str, Any]:
-    uri, version = lake.gateway.resolve(table, version)
+               version: int | None = None, *, unpublished_ok: bool = False) -> dict[str, Any]:
+    """Audit evidence at `version` (default: published). `unpublished_ok` lets a release run audit its
+    candidate version before publication; readers never get that."""
+    if unpublished_ok and version is not None:
+        from .erasure.permission import check_snapshot
+
+        check_snapshot(lake, table, version)
+        uri = lake.table_uri(table)
+        lf = pl.scan_delta(uri, version=version, storage_options=lake.options or None)
+        if table == "orders":
+            lf = lf.filter(pl.col("deleted").not_())
+    else:
+        uri, version = lake.gateway.resolve(table, version)
+        lf = lake.scan(table, version)
     tdef = lake.tables[table]
     part = tdef.partition
     store = lake.table_storage(table)
@@ -56,7 +68,7 @@ def audit_days(lake: Lake, table: str = "orders", first_day: int = 0, last_day: 
             rg_candidate += meta.num_row_groups
             chunk_candidate += chunks
             bytes_candidate += e.size
-    query = lake.scan(table, version).filter(pl.col(part).is_between(first_day, last_day))
+    query = lf.filter(pl.col(part).is_between(first_day, last_day))
     rows = query.select(pl.len()).collect().item()
     from_candidates = 0
     for path in candidate_paths:

@@ -1,0 +1,235 @@
+"""The release checks: each takes the run's context and returns a result value (never raises for a
+failing check; an unexpected error inside a check is recorded as that check failing, with its type)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from .. import _delta
+from ..apply import reference_fold
+from ..contract import decode_batch
+from ..contract.decode import split_lines
+
+if TYPE_CHECKING:
+    from ..lake import Lake
+    from .config import ReleaseConfig
+
+
+@dataclass(slots=True, kw_only=True)
+class RunContext:
+    config: ReleaseConfig
+    lake: Lake
+    scratch: Path
+    candidate_version: int
+    reports: list[dict[str, Any]]
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "detail": self.detail, "seconds": round(self.seconds, 3), **self.evidence}
+
+
+def check_schema_fixture(ctx: RunContext, version: int) -> CheckResult:
+    path = ctx.config.schema_fixtures[version]
+    name = f"schema_fixture_v{version}"
+    if not path.is_file():
+        return CheckResult(name=name, passed=False, detail=f"fixture not found: {path}")
+    decoded = decode_batch(path.read_bytes())
+    ok = (decoded.extracted > 0 and not decoded.rejects and decoded.schema_versions == [version])
+    detail = (f"{path.name}: {decoded.accepted}/{decoded.extracted} lines decode as schema version {version}"
+              if ok else f"{path.name}: {len(decoded.rejects)} of {decoded.extracted} lines rejected "
+                         f"({decoded.reasons()}), versions seen {decoded.schema_versions}")
+    return CheckResult(name=name, passed=ok, detail=detail,
+                       evidence={"fixture": str(path), "extracted": decoded.extracted,
+                                 "accepted": decoded.accepted, "reasons": decoded.reasons(),
+                                 "schema_versions": decoded.schema_versions})
+
+
+def check_amount_unit(ctx: RunContext) -> CheckResult:
+    probe = {"schema_version": 2, "order_id": "probe", "position": 1, "kind": "upsert", "event_day": 1}
+    cases = {"7350": "accepted", "73.5": "amount_unit", "7350.0": "amount_unit", '"7350"': "amount_unit"}
+    seen = {}
+    for text in cases:
+        line = json.dumps(probe)[:-1] + f', "amount_cents": {text}}}'
+        decoded = decode_batch(line.encode())
+        seen[text] = "accepted" if decoded.accepted else decoded.rejects[0].reason.value
+    schema = _delta.arrow_schema(ctx.lake.table_uri("orders"), ctx.lake.options, ctx.candidate_version)
+    integer_column = str(schema.field("amount_cents").type) == "int64"
+    ok = seen == cases and integer_column
+    return CheckResult(name="amount_unit", passed=ok,
+                       detail="amounts are integer cents; fractions, floats and strings are rejected" if ok
+                       else f"amount-unit probe gave {seen}, amount column type int64: {integer_column}",
+                       evidence={"probe": seen, "amount_column_int64": integer_column})
+
+
+def check_reconciliation(ctx: RunContext) -> CheckResult:
+    bad = []
+    for r in ctx.reports:
+        ledger = ctx.lake.quarantine.rows(r["batch_id"]).height
+        if r["accepted"] + r["quarantined"] != r["extracted"] or ledger != r["quarantined"]:
+            bad.append({"batch_id": r["batch_id"], **{k: r[k] for k in ("extracted", "accepted", "quarantined")},
+                        "ledger_rows": ledger})
+    return CheckResult(name="reconciliation", passed=not bad and bool(ctx.reports),
+                       detail="accepted + quarantined == extracted for every batch, and the ledger holds every"
+                              " quarantined record" if not bad else f"{len(bad)} batches do not reconcile",
+                       evidence={"batches": len(ctx.reports), "mismatches": bad})
+
+
+def recorded_checksums(lake: Lake, table: str) -> dict[str, str]:
+    """path -> sha256 from the evidence of every commit of ours."""
+    out: dict[str, str] = {}
+    for entry in _delta.history(lake.table_uri(table), lake.options):
+        for f in (entry["evidence"] or {}).get("files", []):
+            out.setdefault(f["path"], f["sha256"])
+    return out
+
+
+def check_checksums(ctx: RunContext) -> CheckResult:
+    lake = ctx.lake
+    recorded = recorded_checksums(lake, "orders")
+    store = lake.table_storage("orders")
+    files = []
+    bad = []
+    for e in _delta.file_entries(lake.table_uri("orders"), lake.options, ctx.candidate_version):
+        expected = recorded.get(e.path)
+        data = store.read_bytes(e.path) if store.exists(e.path) else None
+        found = hashlib.sha256(data).hexdigest() if data is not None else None
+        files.append({"path": e.path, "size": e.size, "sha256": found})
+        if expected is None or found != expected or (data is not None and len(data) != e.size):
+            bad.append({"path": e.path, "expected": expected, "found": found})
+    ctx.evidence["files"] = files
+    return CheckResult(name="checksums", passed=not bad,
+                       detail=f"{len(files)} files of version {ctx.candidate_version} match their recorded sha256"
+                       if not bad else f"{len(bad)} files differ from their recorded sha256",
+                       evidence={"files_checked": len(files), "mismatches": bad})
+
+
+def _accepted_events(lake: Lake) -> list[dict[str, Any]]:
+    """Every accepted event of every retained raw batch, minus quarantined lines and erased subjects."""
+    events: list[dict[str, Any]] = []
+    erased = lake.erasures.erased_subjects()
+    for batch in lake.raw.list():
+        data = lake.raw.read(batch.batch_id)
+        quarantined = set(lake.quarantine.rows(batch.batch_id)["line"].to_list())
+        n = len(split_lines(data))
+        decoded = decode_batch(data)
+        assert decoded.extracted == n
+        for ev in decoded.events.to_dicts():
+            if ev["line"] in quarantined or lake.erasures.subject_key(ev["order_id"]) in erased:
+                continue
+            events.append(ev)
+    return events
+
+
+def check_pinned_query(ctx: RunContext) -> CheckResult:
+    lake = ctx.lake
+    uri = lake.table_uri("orders")
+    frame = (pl.scan_delta(uri, version=ctx.candidate_version, storage_options=lake.options or None)
+             .filter(pl.col("deleted").not_()).select("order_id", "amount_cents", "currency", "event_day", "position")
+             .sort("order_id").collect())
+    got = {r["order_id"]: (r["amount_cents"], r["currency"], r["event_day"], r["position"]) for r in frame.to_dicts()}
+    want = {k: (v["amount_cents"], v["currency"], v["event_day"], v["position"])
+            for k, v in reference_fold(_accepted_events(lake)).items()}
+    diff = sorted(set(got.items()) ^ set(want.items()))
+    return CheckResult(name="pinned_query", passed=not diff,
+                       detail=f"version {ctx.candidate_version} holds {len(got)} current orders, equal to the"
+                              " reference fold of every accepted event" if not diff
+                       else f"{len(diff)} rows differ from the reference fold",
+                       evidence={"version": ctx.candidate_version, "rows": len(got), "differences": len(diff)})
+
+
+def check_conflict_drill(ctx: RunContext) -> CheckResult:
+    from ..drills.conflict import run_conflict_drill
+
+    result = run_conflict_drill(str(ctx.scratch / "conflict"))
+    ctx.evidence.setdefault("drills", {})["conflict"] = result
+    failed = [k for k, v in result["checks"].items() if not v]
+    return CheckResult(name="conflict_drill", passed=bool(result["passed"]),
+                       detail="stale publication rejected (expected 41, found 42), rebuilt on 42, committed 43"
+                       if result["passed"] else f"failed checks: {failed}", evidence={"checks": result["checks"]})
+
+
+def check_erasure_drill(ctx: RunContext) -> CheckResult:
+    from ..drills.erasure import run_erasure_drill
+
+    result = run_erasure_drill(str(ctx.scratch / "erasure"))
+    ctx.evidence.setdefault("drills", {})["erasure"] = result
+    failed = [k for k, v in result["checks"].items() if not v]
+    return CheckResult(name="erasure_drill", passed=bool(result["passed"]),
+                       detail="the erased subject never reappeared; pinned read and rollback refused"
+                       if result["passed"] else f"failed checks: {failed}", evidence={"checks": result["checks"]})
+
+
+def check_audit(ctx: RunContext) -> CheckResult:
+    from ..audit import audit_days
+
+    a, b = ctx.config.audit.days
+    r = audit_days(ctx.lake, "orders", a, b, ctx.candidate_version, unpublished_ok=True)
+    ctx.evidence["audit"] = r
+    ok = r["fraction"] <= ctx.config.audit.max_fraction
+    return CheckResult(name="audit_bytes", passed=ok,
+                       detail=f"days {a}..{b} scan {r['bytes']['scanned']} of {r['bytes']['full_scan']} bytes "
+                              f"({100 * r['fraction']:.1f}%, threshold {100 * ctx.config.audit.max_fraction:.0f}%)",
+                       evidence={"fraction": r["fraction"], "threshold": ctx.config.audit.max_fraction})
+
+
+def check_freshness_gate(ctx: RunContext) -> CheckResult:
+    from ..gateway.external import publish_manifest
+    from ..gateway.manifest import load_manifest
+
+    results = []
+    ok = bool(ctx.config.manifests)
+    for path in ctx.config.manifests:
+        manifest = load_manifest(path, ctx.lake.tables)
+        report = publish_manifest(ctx.lake, manifest)
+        results.append(report.to_json())
+        ok = ok and bool(report.to_json().get("ok"))
+    ctx.evidence["freshness"] = results
+    return CheckResult(name="freshness_gate", passed=ok,
+                       detail=f"{len(results)} telemetry manifests passed the manifest-vs-inventory gate" if ok
+                       else "a telemetry manifest failed the gate (or none configured)",
+                       evidence={"manifests": len(results)})
+
+
+CHECKS: dict[str, Callable[[RunContext], list[CheckResult]]] = {
+    "schema_fixtures": lambda ctx: [check_schema_fixture(ctx, 2), check_schema_fixture(ctx, 3)],
+    "amount_unit": lambda ctx: [check_amount_unit(ctx)],
+    "reconciliation": lambda ctx: [check_reconciliation(ctx)],
+    "checksums": lambda ctx: [check_checksums(ctx)],
+    "pinned_query": lambda ctx: [check_pinned_query(ctx)],
+    "conflict_drill": lambda ctx: [check_conflict_drill(ctx)],
+    "erasure_drill": lambda ctx: [check_erasure_drill(ctx)],
+    "audit": lambda ctx: [check_audit(ctx)],
+    "freshness_gate": lambda ctx: [check_freshness_gate(ctx)],
+}
+CHECK_RESULT_NAMES = {"schema_fixtures": ["schema_fixture_v2", "schema_fixture_v3"], "audit": ["audit_bytes"]}
+
+
+def run_check(name: str, ctx: RunContext) -> list[CheckResult]:
+    started = time.perf_counter()
+    try:
+        results = CHECKS[name](ctx)
+    except Exception as exc:  # noqa: BLE001 - a check that crashes is a failed check, recorded with its type
+        results = [CheckResult(name=n, passed=False, detail=f"check raised {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                   for n in CHECK_RESULT_NAMES.get(name, [name])]
+    elapsed = time.perf_counter() - started
+    for r in results:
+        r.seconds = elapsed / len(results)
+    return results
