@@ -8,6 +8,7 @@ rebasing (it rebases by default when partitions differ). That failure becomes `S
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,8 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
            removes: list[FileEntry], evidence: dict[str, Any], partition_by: list[str]) -> int:
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     handle = _open(uri, options, parent)
-    now = max([a.modification_time for a in adds], default=0)
+    # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
+    now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
         AddAction(path=a.path, size=a.size, partition_values=a.partition_values,
                   modification_time=a.modification_time, data_change=True, stats=a.stats)

@@ -5,19 +5,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import _delta
+from .erasure.permission import exposing_entries
 
 if TYPE_CHECKING:
     from .lake import Lake
 
 
 def table_history(lake: Lake, table: str) -> list[dict[str, Any]]:
+    """Oldest first. `allowed` is false for a version that still holds an erased subject (reads and
+    rollbacks to it are refused); `erased_subjects` counts those subjects, never naming them."""
     generations: dict[int, list[int]] = {}
     for pub in lake.catalog.publications(table):
         generations.setdefault(pub.version, []).append(pub.generation)
     out = []
     for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
         ev = entry["evidence"] or {}
-        out.append({
+        exposing = exposing_entries(lake, table, entry["version"])
+        row = {
             "version": entry["version"],
             "timestamp": entry["timestamp"],
             "operation": ev.get("operation") or entry["operation"],
@@ -25,6 +29,10 @@ def table_history(lake: Lake, table: str) -> list[dict[str, Any]]:
             "files_added": len(ev.get("files", [])),
             "files_removed": len(ev.get("removed", [])),
             "generations": generations.get(entry["version"], []),
-            "allowed": True,
-        })
+            "allowed": not exposing,
+            "erased_subjects": len(exposing),
+        }
+        if "restored_to" in ev:
+            row["restored_to"] = ev["restored_to"]
+        out.append(row)
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -71,6 +71,15 @@ def _erasure_filter(lake: Lake, decoded: DecodedBatch) -> tuple[pl.DataFrame, li
                       raw=None, order_id=oid)
                for oid, line in decoded.events.filter(mask).select("order_id", "line").iter_rows()]
     return decoded.events.filter(mask.not_()), rejects
+
+
+def _forget_erased(lake: Lake, rejects: list[Reject]) -> list[Reject]:
+    """Rejected lines of an erased subject keep their reason and line, never their raw text."""
+    erased = lake.erasures.erased_subjects()
+    if not erased:
+        return rejects
+    return [replace(r, raw=None) if r.order_id and lake.erasures.subject_key(r.order_id) in erased else r
+            for r in rejects]
 
 
 def _digest(evidence: dict[str, Any]) -> str:
@@ -153,18 +162,21 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
     if not replay and batch_id in applied_batches(lake, table):
         report.duplicate = True
         return report
-    events, blocked = _erasure_filter(lake, decoded)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         report.attempts = attempt
         parent = lake.latest_version(table)
         assert parent is not None
+        # Filter after reading the parent, on every attempt: an erasure records its subject before it
+        # commits, so an erasure that made the parent stale is seen here and cannot be undone.
+        events, blocked = _erasure_filter(lake, decoded)
         prepared = prepare_candidate(lake, events, parent=parent, batch_ids=[batch_id],
                                      operation="replay" if replay else "ingest", table=table,
                                      publication="immediate" if publish else "deferred")
         conflicts = prepared.plan.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
                                    raw=_line_text(data, c.line), order_id=c.order_id) for c in conflicts]
-        rejects = sorted([*decoded.rejects, *blocked, *conflict_rejects], key=lambda r: r.line)
+        rejects = sorted([*_forget_erased(lake, decoded.rejects), *blocked, *conflict_rejects],
+                         key=lambda r: r.line)
         accepted = events.height - len(conflicts)
         if accepted + len(rejects) != decoded.extracted:
             if prepared.candidate is not None:

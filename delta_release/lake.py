@@ -156,6 +156,31 @@ class Lake:
 
         return table_history(self, table)
 
+    # -- erasure, rollback, vacuum (delta_release/erasure) ----------------------------------------
+    def erase(self, order_id: str, *, table: str = "orders", **kw: Any) -> Any:
+        """Erase one subject: one strict commit without its rows; blocked from then on. ErasureReport."""
+        from .erasure.erase import erase_subject
+
+        return erase_subject(self, order_id, table=table, **kw)
+
+    def rollback(self, to: int, *, repair_forward: bool = False, table: str = "orders") -> Any:
+        """Restore version `to` as a new version if allowed; else refuse, or repair forward. RollbackReport."""
+        from .erasure.rollback import rollback
+
+        return rollback(self, to, repair_forward=repair_forward, table=table)
+
+    def vacuum(self, table: str = "orders", *, apply: bool = False, **kw: Any) -> Any:
+        """Retention- and erasure-aware cleanup; a dry run unless apply=True. VacuumReport."""
+        from .erasure.vacuum import vacuum_table
+
+        return vacuum_table(self, table=table, apply=apply, **kw)
+
+    def erasure_pending(self, **kw: Any) -> list[dict[str, Any]]:
+        """Pending evidence for every erased subject: what still holds it, and until when."""
+        from .erasure.pending import pending_all
+
+        return pending_all(self, **kw)
+
 
 def _read_source(path: str | os.PathLike[str]) -> bytes:
     p = Path(path)

@@ -1,13 +1,75 @@
-"""Snapshot permission: a version that still holds an erased subject may not be read or restored."""
+"""Snapshot permission: a version that still holds an erased subject may not be read or restored.
+
+A done ledger entry names the version ranges that hold its subject, so the usual check reads no data.
+An entry still pending (its erasure commit not yet recorded, e.g. after a crash) is checked by hashing
+the distinct keys of the version itself; versions are immutable, so that answer is cached.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import polars as pl
+
+from ..errors import ErasureExposureError
+from .ledger import ErasureEntry
+
 if TYPE_CHECKING:
     from ..lake import Lake
+
+_SCAN_CACHE: dict[tuple[str, int, frozenset[str]], frozenset[str]] = {}
+
+
+def _keyed_table(lake: Lake, table: str) -> str | None:
+    tdef = lake.tables.get(table)
+    return tdef.key if tdef is not None else None
+
+
+def subjects_in_version(lake: Lake, table: str, version: int, subjects: frozenset[str]) -> frozenset[str]:
+    """Which of `subjects` (keyed hashes) `version` holds, by hashing its distinct keys (cached)."""
+    key = _keyed_table(lake, table)
+    if key is None or not subjects:
+        return frozenset()
+    uri = lake.table_uri(table)
+    cache_key = (uri, version, subjects)
+    if cache_key not in _SCAN_CACHE:
+        try:
+            keys = (pl.scan_delta(uri, version=version, storage_options=lake.options or None)
+                    .select(pl.col(key).unique()).collect()[key].drop_nulls().to_list())
+        except Exception:  # noqa: BLE001 - an unreadable version (files vacuumed): assume the worst
+            return subjects
+        hashes = {lake.erasures.subject_key(k) for k in keys}
+        _SCAN_CACHE[cache_key] = frozenset(subjects & hashes)
+    return _SCAN_CACHE[cache_key]
+
+
+def exposing_entries(lake: Lake, table: str, version: int) -> list[ErasureEntry]:
+    """The erasure entries whose subject `version` of `table` still holds."""
+    if _keyed_table(lake, table) is None:
+        return []
+    entries = [e for e in lake.erasures.entries() if e.table == table]
+    out = [e for e in entries if e.done and e.holds(version)]
+    pending = frozenset(e.subject for e in entries if not e.done)
+    if pending:
+        held = subjects_in_version(lake, table, version, pending)
+        out += [e for e in entries if e.subject in held]
+    return out
+
+
+def snapshot_allowed(lake: Lake, table: str, version: int) -> bool:
+    return not exposing_entries(lake, table, version)
+
+
+def exposure_error(table: str, version: int, count: int, *, action: str = "reading") -> ErasureExposureError:
+    """The refusal; it names the version and how many subjects, never which ones."""
+    return ErasureExposureError(
+        f"{action} version {version} of {table} would expose an erased subject"
+        f" ({count} erased subject(s) still held by that version)",
+        table=table, version=version, erased_subjects=count)
 
 
 def check_snapshot(lake: Lake, table: str, version: int) -> None:
     """Raise ErasureExposureError when `version` of `table` still holds an erased subject."""
-    return None
+    exposing = exposing_entries(lake, table, version)
+    if exposing:
+        raise exposure_error(table, version, len(exposing))

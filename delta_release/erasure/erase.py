@@ -1,0 +1,169 @@
+"""`erase ORDER_ID`: one strict commit that removes every row of the subject, tombstones included.
+
+Order of work, each step safe to repeat after a crash:
+1. the ledger gets a `pending` entry (keyed hash only): from now on ingest and replay block the subject,
+   and a version that holds it is refused by a scan of that version;
+2. the partitions holding the subject are rewritten at the latest version without its rows, through the
+   same stage -> gate -> strict commit path as ingest (a stale parent re-reads and rebuilds);
+3. the entry becomes `done`, with the version ranges and data files that still hold the subject, found
+   from the table's lineage and a scan of the key column of every file still on storage;
+4. the quarantine forgets the subject's raw text.
+The plain id lives only in this call's memory; nothing here writes it, and no error names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from .. import _delta
+from ..clock import iso
+from ..contract.decode import MAX_ORDER_ID
+from ..errors import DeltaReleaseError, GateError, InputError, StaleParentError
+from ..publish import gate_candidate, stage_partitions
+from .ledger import ErasureEntry
+from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
+from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_batches_holding
+
+if TYPE_CHECKING:
+    from ..lake import Lake
+
+MAX_ATTEMPTS = 8
+
+
+@dataclass(slots=True, kw_only=True)
+class ErasureReport:
+    subject: str  # the keyed hash, never the id
+    table: str
+    version: int | None
+    rows_removed: int
+    partitions: list[int | None] = field(default_factory=list)
+    files_removed: list[str] = field(default_factory=list)
+    exposed_versions: list[list[int]] = field(default_factory=list)
+    quarantine_scrubbed: int = 0
+    already_erased: bool = False
+    attempts: int = 0
+    stale_parents: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "subject": self.subject, "table": self.table, "version": self.version,
+            "rows_removed": self.rows_removed, "partitions": self.partitions,
+            "files_removed": self.files_removed, "exposed_versions": self.exposed_versions,
+            "quarantine_scrubbed": self.quarantine_scrubbed, "already_erased": self.already_erased,
+            "attempts": self.attempts, "stale_parents": self.stale_parents, "pending": self.pending,
+        }
+
+
+def partition_filter(column: str, values: list[Any]) -> pl.Expr:
+    """Rows whose partition column is one of `values` (None means the null partition)."""
+    plain = [v for v in values if v is not None]
+    expr = pl.col(column).is_in(plain) if plain else pl.lit(False)
+    if any(v is None for v in values):
+        expr = expr | pl.col(column).is_null()
+    return expr.fill_null(False)
+
+
+def _digest(evidence: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
+
+
+def _check_id(order_id: Any) -> str:
+    if not isinstance(order_id, str) or not order_id or len(order_id) > MAX_ORDER_ID:
+        raise InputError(f"an order id must be 1 to {MAX_ORDER_ID} characters")
+    return order_id
+
+
+def _remove_subject(lake: Lake, table: str, key: str, order_id: str, report: ErasureReport) -> None:
+    """Commit the table without the subject's rows (no commit when it holds none)."""
+    from ..ingest import Prepared, commit_candidate, discard_candidate
+
+    tdef = lake.tables[table]
+    uri = lake.table_uri(table)
+    pcol = tdef.partition
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        report.attempts = attempt
+        parent = lake.latest_version(table)
+        assert parent is not None
+        lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
+        hits = lf.filter(pl.col(key) == order_id).select(pcol).collect()
+        if hits.height == 0:
+            return
+        days: list[Any] = sorted(set(hits[pcol].to_list()), key=lambda d: (d is None, d or 0))
+        base = lf.filter(partition_filter(pcol, days)).collect()
+        kept = base.filter(pl.col(key) != order_id)
+        partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in days}
+        affected = {None if d is None else str(d) for d in days}
+        removes = [e for e in _delta.file_entries(uri, lake.options, parent)
+                   if (None if e.partition_values.get(pcol) is None
+                       else str(e.partition_values.get(pcol))) in affected]
+        tstore = lake.table_storage(table)
+        candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=[], partition_column=pcol,
+                                     key=key, file_schema=tdef.file_schema(), partitions=partitions,
+                                     removes=removes, now_ms=int(lake.clock.now().timestamp() * 1000))
+        try:
+            gate_candidate(tstore, candidate)
+        except GateError:
+            discard_candidate(lake, candidate)
+            raise
+        evidence = candidate.evidence(operation="erase", rows_removed=base.height - kept.height,
+                                      subjects_removed=1)
+        evidence["digest"] = _digest(evidence)
+        prepared = Prepared(parent=parent, plan=None, candidate=candidate, evidence=evidence)
+        try:
+            version = commit_candidate(lake, prepared, table=table)
+        except StaleParentError as exc:
+            report.stale_parents.append({"expected": exc.expected, "found": exc.found})
+            continue
+        lake.publish_version(table, version, digest=evidence["digest"])
+        report.version = version
+        report.rows_removed = base.height - kept.height
+        report.partitions = days
+        report.files_removed = [r.path for r in removes]
+        return
+    last = report.stale_parents[-1]
+    raise StaleParentError(table, last["expected"], last["found"])
+
+
+def erase_subject(lake: Lake, order_id: str, *, table: str = "orders",
+                  raw_retention_days: float = RAW_RETENTION_DAYS,
+                  backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
+    """Erase one subject (an order id) from `table`; see the module docstring for the steps."""
+    order_id = _check_id(order_id)
+    tdef = lake.table_def(table)
+    if not tdef.key:
+        raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)
+    ledger = lake.erasures
+    subject = ledger.subject_key(order_id)
+    existing = ledger.get(subject)
+    report = ErasureReport(subject=subject, table=table, version=None, rows_removed=0,
+                           already_erased=existing is not None and existing.done)
+    entry = existing if existing is not None else ErasureEntry(
+        subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
+    if existing is None:
+        ledger.write(entry)
+    lake.recover_publication(table)
+    _remove_subject(lake, table, tdef.key, order_id, report)
+
+    lineage = table_lineage(lake, table)
+    present = data_files_on_storage(lake, table)
+    holding = files_holding(lake, table, tdef.key, order_id, sorted(p for p in lineage.lifetimes if p in present))
+    exposed = merge_ranges([r for p in holding for r in lineage.ranges(p)])
+    still_current = sorted(holding & lineage.files_at(lineage.latest))
+    if still_current:  # a concurrent writer re-added it after our commit: refuse to call this done
+        raise DeltaReleaseError("erasure incomplete: the latest version still holds the subject; run erase again",
+                                table=table, version=lineage.latest, files=still_current)
+    entry = ledger.update(
+        entry, state="done", version=report.version if report.version is not None else entry.version,
+        exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, order_id),
+        rows_removed=entry.rows_removed + report.rows_removed)
+    report.exposed_versions = exposed
+    report.quarantine_scrubbed = lake.quarantine.scrub_subject(subject)
+    report.pending = pending_for(lake, entry, raw_retention_days=raw_retention_days,
+                                 backup_expiry_days=backup_expiry_days)
+    return report

@@ -1,0 +1,134 @@
+"""`vacuum [--apply]`: retention- and erasure-aware cleanup of a table's data files (dry run by default).
+
+A version is *needed* when it is the latest or the published one, one of the newest `retain_versions`
+versions (rollback targets), or committed within the replay horizon (`replay_horizon_hours`, measured
+on the lake's clock; 0 turns it off). A version that still holds an erased subject is never needed: no
+read, restore or rollback may use it. Every data file a needed version references is kept. Every other
+file is removed: first of all files holding an erased subject, as soon as no needed version references
+them; then expired files; then orphans (in no version at all, e.g. staged files of a killed writer)
+once older than `orphan_grace_hours`, so an in-flight writer's staged candidate is never touched.
+
+Files are deleted directly on storage; no Delta commit is written, so vacuum never makes a concurrent
+writer's parent stale. The Delta log itself is left alone: it holds no subject ids (DESIGN.md, 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.fs as pafs
+
+from .lineage import table_lineage
+from .permission import snapshot_allowed
+
+if TYPE_CHECKING:
+    from ..lake import Lake
+
+RETAIN_VERSIONS = 10
+REPLAY_HORIZON_HOURS = 168.0
+ORPHAN_GRACE_HOURS = 1.0
+_PRIORITY = ("latest", "published", "retained", "replay_horizon")
+
+
+@dataclass(slots=True, kw_only=True)
+class VacuumReport:
+    table: str
+    dry_run: bool
+    latest: int
+    published: int | None
+    needed_versions: dict[int, str]
+    refused_versions: list[int]  # versions left unneeded because they hold an erased subject
+    removed: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    kept_current: int = 0
+    bytes_removed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for item in self.removed:
+            counts[item["reason"]] = counts.get(item["reason"], 0) + 1
+        return {"table": self.table, "dry_run": self.dry_run, "applied": not self.dry_run,
+                "latest": self.latest, "published": self.published,
+                "needed_versions": {str(v): r for v, r in sorted(self.needed_versions.items())},
+                "refused_versions": self.refused_versions, "removed": self.removed,
+                "removed_by_reason": dict(sorted(counts.items())), "kept": self.kept,
+                "kept_current": self.kept_current, "bytes_removed": self.bytes_removed}
+
+
+def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None]]:
+    """(path, size, modified) of every file in the table directory outside the Delta log."""
+    store = lake.table_storage(table)
+    base = store.uri().removeprefix("s3://") if not store.is_local else store.root
+    selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+    out = []
+    for info in store.fs.get_file_info(selector):
+        if info.type != pafs.FileType.File:
+            continue
+        rel = info.path[len(base) + 1:]
+        if rel.startswith("_delta_log/") or rel == "_delta_log":
+            continue
+        mtime = info.mtime
+        if mtime is not None and mtime.tzinfo is None:
+            mtime = mtime.replace(tzinfo=UTC)
+        out.append((rel, int(info.size), mtime))
+    return sorted(out)
+
+
+def vacuum_table(lake: Lake, *, table: str = "orders", apply: bool = False,
+                 retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
+                 orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
+    lineage = table_lineage(lake, table)
+    latest = lineage.latest
+    pub = lake.published(table)
+    now = lake.clock.now()
+    wanted: dict[int, str] = {latest: "latest"}
+    if pub is not None:
+        wanted.setdefault(pub.version, "published")
+    for v in range(max(0, latest - max(retain_versions, 0) + 1), latest + 1):
+        wanted.setdefault(v, "retained")
+    if replay_horizon_hours > 0:
+        horizon_ms = (now - timedelta(hours=replay_horizon_hours)).timestamp() * 1000
+        for v, ts in lineage.timestamps.items():
+            if ts >= horizon_ms:
+                wanted.setdefault(v, "replay_horizon")
+    needed: dict[int, str] = {}
+    refused: list[int] = []
+    for v, reason in sorted(wanted.items()):
+        if reason in ("latest", "published") or snapshot_allowed(lake, table, v):
+            needed[v] = reason
+        else:
+            refused.append(v)
+    erased_files = {p for e in lake.erasures.entries() if e.table == table for p in (e.files or [])}
+    current = lineage.files_at(latest)
+    report = VacuumReport(table=table, dry_run=not apply, latest=latest,
+                          published=None if pub is None else pub.version, needed_versions=needed,
+                          refused_versions=refused)
+    grace = timedelta(hours=orphan_grace_hours)
+    for path, size, mtime in _table_files(lake, table):
+        if path in current:
+            report.kept_current += 1
+            continue
+        if path not in lineage.lifetimes:
+            young = orphan_grace_hours > 0 and (mtime is None or mtime > now - grace)
+            if young:
+                report.kept.append({"path": path, "reason": "in_flight", "size": size})
+            else:
+                report.removed.append({"path": path, "reason": "orphan", "size": size})
+            continue
+        users = lineage.referenced(path, set(needed))
+        if users:
+            reason = min((needed[v] for v in users), key=_PRIORITY.index)
+            report.kept.append({"path": path, "reason": reason, "size": size,
+                                "versions": sorted(users)})
+            continue
+        report.removed.append({"path": path, "reason": "erased_subject" if path in erased_files else "expired",
+                               "size": size})
+    report.removed.sort(key=lambda r: (r["reason"] != "erased_subject", r["path"]))
+    report.bytes_removed = sum(r["size"] for r in report.removed)
+    if apply:
+        store = lake.table_storage(table)
+        for item in report.removed:
+            store.delete(item["path"])
+    return report

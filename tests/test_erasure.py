@@ -1,0 +1,273 @@
+"""Erasure: one strict commit, a keyed ledger, blocking on ingest and replay, snapshot permission (I4)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import stat
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from conftest import jsonl, rm, up
+
+import delta_release as dr
+from delta_release import _delta
+from delta_release import ingest as ingest_mod
+from delta_release.erasure import erase as erase_mod
+from delta_release.erasure.lineage import table_lineage
+from delta_release.errors import ErasureExposureError, InputError
+
+SUBJECT = "ord-subject-47"
+
+
+def all_rows(lake: dr.Lake, version: int | None = None) -> pl.DataFrame:
+    """Every row of a version, tombstones included, straight from Delta (no gateway, no permission)."""
+    uri = lake.table_uri("orders")
+    v = lake.latest_version("orders") if version is None else version
+    return pl.read_delta(uri, version=v).sort("order_id")
+
+
+def holds(lake: dr.Lake, version: int, order_id: str = SUBJECT) -> bool:
+    return order_id in all_rows(lake, version)["order_id"].to_list()
+
+
+def data_files_holding(lake: dr.Lake, order_id: str = SUBJECT) -> list[str]:
+    root = Path(lake.table_uri("orders"))
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.parquet")
+                  if "_delta_log" not in p.parts and order_id in pq.read_table(p, columns=["order_id"])
+                  .column("order_id").to_pylist())
+
+
+def files_with_bytes(root: Path, needle: bytes, *, skip: tuple[str, ...] = ()) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and not p.relative_to(root).as_posix().startswith(skip) and needle in p.read_bytes())
+
+
+@pytest.fixture
+def history_lake(lake: dr.Lake) -> dr.Lake:
+    """v1: subject on day 47; v2: moved to day 48; v3: tombstoned; v4: an unrelated change on day 50."""
+    lake.ingest(jsonl([up(SUBJECT, 10), up("a", 11), up("b", 12, day=48)]))
+    lake.ingest(jsonl([up(SUBJECT, 20, amount=250, day=48), up("c", 21, day=49)]))
+    lake.ingest(jsonl([rm(SUBJECT, 30)]))
+    lake.ingest(jsonl([up("d", 40, day=50)]))
+    assert lake.latest_version("orders") == 4
+    return lake
+
+
+def test_erase_removes_every_row_tombstones_included_in_one_commit(history_lake: dr.Lake) -> None:
+    lake = history_lake
+    before = all_rows(lake)
+    assert before.filter(pl.col("order_id") == SUBJECT)["deleted"].to_list() == [True]  # only a tombstone left
+    files_before = {e.path: e for e in _delta.file_entries(lake.table_uri("orders"), {}, 4)}
+    report = lake.erase(SUBJECT)
+    assert report.version == 5 and lake.latest_version("orders") == 5
+    assert lake.published("orders").version == 5
+    assert report.rows_removed == 1 and report.partitions == [48]
+    after = all_rows(lake)
+    assert SUBJECT not in after["order_id"].to_list()
+    assert after.to_dicts() == before.filter(pl.col("order_id") != SUBJECT).to_dicts()
+    # only the subject's partition was rewritten; every other file is the same file
+    files_after = {e.path: e for e in _delta.file_entries(lake.table_uri("orders"), {}, 5)}
+    untouched = {p for p, e in files_before.items() if e.partition_values["event_day"] != 48}
+    assert untouched <= set(files_after)
+    assert [h["operation"] for h in lake.history()][-1] == "erase"
+    # the versions that held the subject (as a row or a tombstone) are exactly 1..4
+    assert report.exposed_versions == [[1, 4]]
+    assert all(holds(lake, v) for v in range(1, 5)) and not holds(lake, 0)
+
+
+def test_ledger_stores_a_keyed_hash_with_version_and_time(history_lake: dr.Lake, tmp_path: Path) -> None:
+    lake = history_lake
+    lake.erase(SUBJECT)
+    key_file = tmp_path / "lake" / "_erasure" / "key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    expected = hmac.new(key_file.read_bytes().strip(), SUBJECT.encode(), hashlib.sha256).hexdigest()
+    (entry,) = lake.erasures.entries()
+    assert entry.subject == expected and entry.version == 5 and entry.state == "done"
+    assert entry.erased_at == "2026-11-29T12:00:00.000Z"
+    assert lake.erasures.is_erased(SUBJECT) and not lake.erasures.is_erased("a")
+    assert not files_with_bytes(tmp_path / "lake" / "_erasure", SUBJECT.encode())
+
+
+def test_key_from_environment_changes_the_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = dr.Lake.open(tmp_path / "a")
+    monkeypatch.setenv("DELTA_RELEASE_ERASURE_KEY", "k" * 64)
+    b = dr.Lake.open(tmp_path / "b")
+    assert b.erasures.subject_key(SUBJECT) == hmac.new(b"k" * 64, SUBJECT.encode(), hashlib.sha256).hexdigest()
+    assert a.erasures.subject_key(SUBJECT) != b.erasures.subject_key(SUBJECT)
+
+
+def test_replay_and_a_newer_event_keep_the_subject_absent(history_lake: dr.Lake) -> None:
+    lake = history_lake
+    lake.erase(SUBJECT)
+    reports = lake.replay(all_batches=True)
+    assert len(reports) == 4 and sum(r.reasons.get("erased_subject", 0) for r in reports) == 3
+    assert all(r.accepted + r.quarantined == r.extracted for r in reports)
+    assert not holds(lake, lake.latest_version("orders"))
+    newer = lake.ingest(jsonl([up(SUBJECT, 1000, amount=1, day=51), up("e", 1001, day=51)]))
+    assert newer.reasons == {"erased_subject": 1} and newer.accepted == 1
+    row = lake.quarantine.rows(newer.batch_id)
+    assert row["reason"].to_list() == ["erased_subject"] and row["raw"].to_list() == [None]
+    assert row["subject"].to_list() == [lake.erasures.subject_key(SUBJECT)]
+    current = lake.read()["order_id"].to_list()
+    assert SUBJECT not in current and "e" in current
+    assert not holds(lake, lake.latest_version("orders"))
+
+
+def test_rejected_lines_of_the_subject_lose_their_raw_text(lake: dr.Lake) -> None:
+    bad = {**up(SUBJECT, 5), "amount_cents": 73.5}
+    early = lake.ingest(jsonl([bad, up("a", 6)]))
+    assert lake.quarantine.rows(early.batch_id)["raw"].to_list()[0] is not None
+    report = lake.erase(SUBJECT)
+    assert report.quarantine_scrubbed == 1
+    assert lake.quarantine.rows(early.batch_id)["raw"].to_list() == [None]
+    late = lake.ingest(jsonl([{**bad, "position": 7}, up("b", 8)]))
+    assert late.reasons == {"amount_unit": 1}
+    assert lake.quarantine.rows(late.batch_id)["raw"].to_list() == [None]
+
+
+def test_pinned_reads_refused_and_history_marks_them(history_lake: dr.Lake) -> None:
+    lake = history_lake
+    lake.erase(SUBJECT)
+    for v in range(1, 5):
+        with pytest.raises(ErasureExposureError) as info:
+            lake.scan("orders", version=v)
+        assert info.value.exit_code == 3 and info.value.facts["version"] == v
+        assert SUBJECT not in str(info.value.to_json())
+    assert lake.read(version=0).height == 0
+    assert SUBJECT not in lake.read(version=5)["order_id"].to_list()
+    assert [h["allowed"] for h in lake.history()] == [True, False, False, False, False, True]
+
+
+def test_exposure_matches_a_scan_of_every_version(lake: dr.Lake) -> None:
+    """The ledger's version ranges (from lineage, no data read) agree with the data of every version,
+    including a gap: the subject gone (restored to before it) and back again."""
+    lake.ingest(jsonl([up("a", 1)]))                                     # v1
+    lake.ingest(jsonl([up(SUBJECT, 2, day=48)]))                         # v2
+    lake.rollback(1)                                                     # v3 = v1 (subject gone)
+    lake.ingest(jsonl([up("b", 3, day=49)]))                             # v4
+    lake.replay(all_batches=True)                                        # re-applies v2's batch: v5 holds it
+    lake.ingest(jsonl([up("c", 4, day=50)]))                             # v6
+    latest = lake.latest_version("orders")
+    truth = [v for v in range(latest + 1) if holds(lake, v)]
+    assert truth and truth != list(range(truth[0], truth[-1] + 1))      # there is a gap
+    lineage = table_lineage(lake, "orders")
+    for v in range(latest + 1):
+        assert lineage.files_at(v) == {e.path for e in _delta.file_entries(lake.table_uri("orders"), {}, v)}
+    lake.erase(SUBJECT)
+    assert [h["version"] for h in lake.history() if not h["allowed"]] == truth
+
+
+def test_pending_entry_fails_closed_until_the_erasure_completes(history_lake: dr.Lake) -> None:
+    """A crash after the ledger's pending entry, before the commit: nothing that holds the subject reads."""
+    lake = history_lake
+    lake.erasures.record(SUBJECT, version=None, erased_at="2026-11-29T12:00:00.000Z", state="pending")
+    with pytest.raises(ErasureExposureError):
+        lake.read()
+    assert lake.read(version=0).height == 0
+    blocked = lake.ingest(jsonl([up(SUBJECT, 500), up("z", 501)]))
+    assert blocked.reasons == {"erased_subject": 1}
+    lake.erase(SUBJECT)  # the rerun completes it
+    assert SUBJECT not in lake.read()["order_id"].to_list()
+    assert lake.erasures.entries()[0].done
+
+
+def test_erasure_between_filter_and_commit_cannot_be_undone(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure commits while a writer holding the subject's event is preparing on the old parent: the
+    writer's retry must see the erasure (the filter runs after the parent is read, on every attempt)."""
+    lake.ingest(jsonl([up(SUBJECT, 1), up("a", 2)]))
+    real = ingest_mod.prepare_candidate
+    raced: list[int] = []
+
+    def racing(lk: dr.Lake, events: pl.DataFrame, **kw: object) -> object:
+        if not raced:
+            raced.append(lk.erase(SUBJECT).version or -1)
+        return real(lk, events, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest_mod, "prepare_candidate", racing)
+    report = lake.ingest(jsonl([up(SUBJECT, 10, amount=5), up("b", 11)]))
+    assert report.stale_parents and report.reasons == {"erased_subject": 1}
+    assert not holds(lake, lake.latest_version("orders"))
+    assert "b" in lake.read()["order_id"].to_list()
+
+
+def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    lake = history_lake
+    real = erase_mod.gate_candidate
+    calls: list[int] = []
+
+    def racing_gate(store: object, candidate: object) -> None:
+        if not calls:  # another writer commits between the erasure's read and its commit
+            calls.append(lake.ingest(jsonl([up("w", 900, day=48)])).version or -1)
+        real(store, candidate)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(erase_mod, "gate_candidate", racing_gate)
+    report = lake.erase(SUBJECT)
+    assert report.stale_parents == [{"expected": 4, "found": 5}]
+    assert report.attempts == 2 and report.version == 6
+    rows = all_rows(lake)["order_id"].to_list()
+    assert SUBJECT not in rows and "w" in rows
+    assert report.exposed_versions == [[1, 5]]
+    # the stale attempt's staged files were discarded: every data file is referenced by some version
+    lineage = table_lineage(lake, "orders")
+    on_disk = {str(p.relative_to(Path(lake.table_uri("orders")))) for p in Path(lake.table_uri("orders"))
+               .rglob("*.parquet") if "_delta_log" not in p.parts}
+    assert on_disk <= set(lineage.lifetimes)
+
+
+def test_subject_never_seen_is_recorded_and_blocked(lake: dr.Lake) -> None:
+    lake.ingest(jsonl([up("a", 1)]))
+    report = lake.erase(SUBJECT)
+    assert report.version is None and report.rows_removed == 0 and report.exposed_versions == []
+    assert lake.latest_version("orders") == 1
+    assert lake.ingest(jsonl([up(SUBJECT, 2)])).reasons == {"erased_subject": 1}
+    again = lake.erase(SUBJECT)
+    assert again.already_erased and len(lake.erasures.entries()) == 1
+
+
+def test_erase_rejects_bad_ids_without_echoing_them(lake: dr.Lake) -> None:
+    with pytest.raises(InputError) as info:
+        lake.erase("x" * 500)
+    assert "x" * 20 not in str(info.value.to_json())
+    with pytest.raises(InputError):
+        lake.erase("")
+
+
+def test_no_plain_id_in_any_file_we_write(history_lake: dr.Lake, tmp_path: Path) -> None:
+    """I4: after the erasure nothing outside the raw store holds the id: catalog, ledger, quarantine, the
+    Delta log; after vacuum not even the table directory."""
+    lake = history_lake
+    lake.ingest(jsonl([{**up(SUBJECT, 35), "amount_cents": "7350"}]))  # a rejected line naming the subject
+    root = tmp_path / "lake"
+    needle = SUBJECT.encode()
+    assert files_with_bytes(root, needle, skip=("_raw/",))  # before: data files (and quarantine) hold it
+    report = lake.erase(SUBJECT)
+    lake.replay(all_batches=True)
+    lake.ingest(jsonl([up(SUBJECT, 2000)]))
+    # only the old data files still hold it, and they are exactly the ones reported as pending
+    leftovers = files_with_bytes(root, needle, skip=("_raw/",))
+    pending_files = next(p for p in report.pending if p["kind"] == "data_files")["files"]
+    assert leftovers == sorted(f"orders/{p}" for p in pending_files)
+    lake.vacuum(apply=True, retain_versions=2, replay_horizon_hours=0)
+    assert files_with_bytes(root, needle, skip=("_raw/",)) == []
+    assert files_with_bytes(root / "_raw", needle)  # raw batches stay immutable (reported as pending)
+
+
+def test_pending_evidence_names_raw_batches_old_files_and_backups(history_lake: dr.Lake) -> None:
+    lake = history_lake
+    report = lake.erase(SUBJECT, raw_retention_days=30, backup_expiry_days=35)
+    kinds = [p["kind"] for p in report.pending]
+    assert kinds.count("raw_batch") == 3 and "data_files" in kinds and "backup" in kinds
+    assert all(set(p) >= {"what", "until"} for p in report.pending)
+    raw_until = {p["until"] for p in report.pending if p["kind"] == "raw_batch"}
+    assert raw_until == {"2026-12-29T12:00:00.000Z"}  # received (fixed clock) + 30 days
+    backup = next(p for p in report.pending if p["kind"] == "backup")
+    assert backup["until"] == "2027-01-03T12:00:00.000Z"
+    files = next(p for p in report.pending if p["kind"] == "data_files")["files"]
+    assert sorted(files) == data_files_holding(lake)
+    lake.vacuum(apply=True, retain_versions=2, replay_horizon_hours=0)
+    after = lake.erasure_pending(backup_expiry_days=35)
+    assert "data_files" not in [p["kind"] for p in after] and len(after) == 4
+    assert all(p["subject"] == report.subject[:16] for p in after)
