@@ -139,7 +139,7 @@ def plan_apply(events: pl.DataFrame, read_rows: ReadRows) -> ApplyPlan:
     affected = sorted(days_new | days_old, key=lambda d: (d is None, d or 0))
     extra_days = [d for d in affected if d not in set(touched_days)]
     base = pl.concat([touched, read_rows(days=extra_days)]) if extra_days else touched
-    winner_keys = new_rows["order_id"]
+    winner_keys = new_rows["order_id"].to_list()
     rows = new_rows.select(ROW_COLUMNS).cast(ROW_SCHEMA)  # type: ignore[arg-type]
     for day in affected:
         in_day = _day_filter([day])
