@@ -84,11 +84,23 @@ def _no_constant(name: str) -> Any:
     raise _Rejected(Reason.MALFORMED_JSON, f"{name} is not valid JSON")
 
 
+_FIELD_NAME = re.compile(r"[a-z_]{1,40}")
+
+
+def _field_name(key: str) -> str:
+    """A key named in a detail: only field-like names (lower-case letters and '_', at most 40) are echoed.
+
+    Anything else (a megabyte-long key, control characters, an order id used as a key) is described, not
+    echoed: details are never scrubbed by an erasure, so they must not carry payload text.
+    """
+    return repr(key) if _FIELD_NAME.fullmatch(key) else f"(a {len(key)}-character name that is not a field)"
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Rejected(Reason.MALFORMED_JSON, f"duplicate key {key!r} in one object")
+            raise _Rejected(Reason.MALFORMED_JSON, f"duplicate key {_field_name(key)} in one object")
         out[key] = value
     return out
 
@@ -145,7 +157,8 @@ def decode_record(obj: Any) -> dict[str, Any]:
         raise _Rejected(Reason.UNKNOWN_SCHEMA_VERSION, f"schema_version {version} is not 2 or 3")
     extra = sorted(set(obj) - _FIELDS[version])
     if extra:
-        raise _Rejected(Reason.UNEXPECTED_FIELD, f"field {extra[0]!r} is not allowed in schema version {version}")
+        raise _Rejected(Reason.UNEXPECTED_FIELD,
+                        f"field {_field_name(extra[0])} is not allowed in schema version {version}")
     for name in ("order_id", "position", "kind"):
         if name not in obj:
             raise _Rejected(Reason.MISSING_FIELD, f"{name} is missing")
@@ -201,6 +214,21 @@ def _content(event: dict[str, Any]) -> tuple[Any, ...]:
     return (event["order_id"], event["kind"], event["amount_cents"], event["currency"], event["event_day"])
 
 
+def _subject_like(value: Any) -> bool:
+    """Whether a rejected record's order_id can name a subject (be hashed, and so be erased later).
+
+    A JSON string may hold a lone surrogate ("\\ud800"), which is no valid UTF-8 and no order id; hashing it
+    for the quarantine ledger raised UnicodeEncodeError and aborted the whole ingest.
+    """
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def split_lines(data: bytes) -> list[bytes]:
     """Lines of a batch: '\\n'-separated, a trailing newline ends the last line, CRLF and a BOM tolerated."""
     if data.startswith(BOM):
@@ -239,7 +267,7 @@ def decode_batch(data: bytes) -> DecodedBatch:
         except _Rejected as rej:
             oid = obj.get("order_id") if isinstance(obj, dict) else None
             rejects.append(Reject(line=number, reason=rej.reason, detail=rej.detail, raw=raw_text,
-                                  order_id=oid if isinstance(oid, str) else None))
+                                  order_id=oid if _subject_like(oid) else None))
             continue
         event["line"] = number
         accepted.append(event)
