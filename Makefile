@@ -23,5 +23,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check delta_release tests
 	$(BIN)/mypy delta_release
 
+# Benchmarks against the alternatives (benchmarks/RESULTS.md). SCALE=small or SCALE=tiny for a quick run.
+SCALE ?= full
+$(VENV)/.bench-installed: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
+	$(BIN)/python -m benchmarks.run --scale $(SCALE)
+
 clean:
 	rm -rf $(VENV) lake release-packets

@@ -1,0 +1,162 @@
+"""Shared pieces: scales, paths, a timed child-process runner, machine and version facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+DATA = BENCH / "data"
+RESULT_TAG = "BENCH-RESULT "
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scale:
+    name: str
+    rows: int  # the orders table the apply timing runs on
+    memory_rows: tuple[int, ...]  # table sizes for the peak-memory comparison (the largest is `rows`)
+    days: int
+    touched_days: int
+    batch: int  # events in the apply batch
+    decode_lines: int
+    gate_files: tuple[int, ...]
+    gate_main: int
+    hours: int  # telemetry hours for the planning benchmark
+    files_per_hour: int
+    repeats: int
+    iceberg_timeout: float
+    seed: int = 20261129
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+SCALES = {
+    "micro": Scale(name="micro", rows=2_000, memory_rows=(2_000,), days=10, touched_days=5, batch=100,
+                   decode_lines=500, gate_files=(20,), gate_main=20, hours=3, files_per_hour=1, repeats=1,
+                   iceberg_timeout=60),
+    "tiny": Scale(name="tiny", rows=20_000, memory_rows=(10_000, 20_000), days=30, touched_days=5, batch=1_000,
+                  decode_lines=5_000, gate_files=(100, 300), gate_main=300, hours=48, files_per_hour=2,
+                  repeats=1, iceberg_timeout=120),
+    "small": Scale(name="small", rows=200_000, memory_rows=(100_000, 200_000), days=365, touched_days=5,
+                   batch=10_000, decode_lines=100_000, gate_files=(1_000, 10_000), gate_main=10_000, hours=48,
+                   files_per_hour=4, repeats=3, iceberg_timeout=300),
+    "full": Scale(name="full", rows=5_000_000, memory_rows=(1_000_000, 5_000_000), days=365, touched_days=5,
+                  batch=100_000, decode_lines=1_000_000, gate_files=(1_000, 10_000, 100_000), gate_main=10_000,
+                  hours=48, files_per_hour=4, repeats=3, iceberg_timeout=900),
+}
+
+
+def data_dir(scale: Scale) -> Path:
+    """benchmarks/data/<scale>/, or $DELTA_RELEASE_BENCH_DATA/<scale>/ (the smoke test uses a tmp dir)."""
+    root = os.environ.get("DELTA_RELEASE_BENCH_DATA")
+    return (Path(root) if root else DATA) / scale.name
+
+
+def maxrss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB.
+
+    VmHWM from /proc (reset by exec), not getrusage's ru_maxrss: Linux carries the forking parent's peak
+    into the child's ru_maxrss, so a child of a large runner would report the runner's memory."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def emit(result: dict[str, Any]) -> None:
+    """A child's last word: its result and its own peak memory, on one tagged stdout line."""
+    result.setdefault("maxrss_mb", round(maxrss_mb(), 1))
+    sys.stdout.write(RESULT_TAG + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+
+
+@dataclass(slots=True, kw_only=True)
+class ChildResult:
+    ok: bool
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    wall_s: float = 0.0
+
+
+def run_child(module: str, *args: str, timeout: float | None = None, env: dict[str, str] | None = None) -> ChildResult:
+    """Run `python -m <module> args...` in a fresh process and parse its tagged result line."""
+    cmd = [sys.executable, "-m", module, *args]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        return ChildResult(ok=False, error=f"timed out after {timeout:.0f}s", wall_s=time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return ChildResult(ok=True, data=json.loads(line[len(RESULT_TAG):]), wall_s=wall)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return ChildResult(ok=False, error=f"exit {proc.returncode}: " + " | ".join(tail)[-400:], wall_s=wall)
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """Copy a table directory: parquet data files are hard-linked (never modified in place by anyone),
+    everything else (logs, catalogs, ledgers) is copied."""
+    if dst.exists():
+        shutil.rmtree(dst)
+
+    def copy(s: str, d: str) -> None:
+        if s.endswith(".parquet"):
+            os.link(s, d)
+        else:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=copy)
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem_gib, "os": platform.platform(),
+            "python": platform.python_version(), "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for name in ("delta-release", "deltalake", "polars", "pyarrow", "pyiceberg", "duckdb", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -1,0 +1,223 @@
+"""Apply a 100k-event batch touching 5 days: ours against deltalake merge, Polars merge, pyiceberg upsert and
+a pyarrow floor. Each run happens in its own process (peak memory is that process's ru_maxrss) on a fresh
+copy of the base table; the copy, imports and loading the pre-decoded source are not timed.
+
+    python -m benchmarks.bench_apply CONTENDER WORKDIR SOURCE.parquet BATCH.jsonl DAYS(comma-separated)
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ._common import emit, maxrss_mb
+
+CONTENDERS = ("ours", "deltalake", "polars", "pyiceberg", "floor")
+LABELS = {
+    "ours": "ours: Lake.ingest (decode+raw+quarantine+apply+gate+commit)",
+    "deltalake": "deltalake merge (position+tombstone predicates, days IN-list in ON)",
+    "polars": "polars write_delta(mode='merge'), same clauses",
+    "pyiceberg": "pyiceberg upsert (SQLite catalog, join on order_id)",
+    "floor": "floor: pyarrow reads + rewrites the 5 partitions",
+}
+
+UPD = {"position": "s.position", "amount_cents": "s.amount_cents", "currency": "s.currency", "deleted": "false"}
+TOMB = {"position": "s.position", "amount_cents": "s.amount_cents", "currency": "s.currency", "deleted": "true"}
+INS = {c: f"s.{c}" for c in ("order_id", "position", "amount_cents", "currency", "deleted", "event_day")}
+
+
+def merge_on(days: list[int]) -> str:
+    return f"t.order_id = s.order_id AND t.event_day = s.event_day AND t.event_day IN ({', '.join(map(str, days))})"
+
+
+def clauses(merger: Any) -> Any:
+    return (merger.when_matched_update(updates=UPD, predicate="s.position > t.position AND NOT s.deleted")
+            .when_matched_update(updates=TOMB, predicate="s.position > t.position AND s.deleted")
+            .when_not_matched_insert(updates=INS, predicate="NOT s.deleted"))
+
+
+# -- phase timing of our pipeline (wraps the stages ingest_batch calls; adds microseconds) ---------------
+
+class Phases:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+        return timed
+
+
+def open_lake_copy(path: Path) -> Any:
+    """Open a copied lake and point its catalog at the copy's own tables (the catalog stores absolute
+    locations, so a copied lake would otherwise write to the original's tables)."""
+    from delta_release.lake import Lake
+
+    lake = Lake.open(path)
+    for tdef in lake.tables.values():
+        lake.catalog.set_location(tdef.name, lake.default_location(tdef))
+    return lake
+
+
+def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    import delta_release.ingest as ing
+    from delta_release import _delta
+    from delta_release.raw.store import RawStore
+
+    t0 = time.perf_counter()
+    lake = open_lake_copy(work)
+    open_s = time.perf_counter() - t0
+    ph = Phases()
+    ing.decode_batch = ph.wrap("decode", ing.decode_batch)
+    ing.applied_batches = ph.wrap("duplicate check (history)", ing.applied_batches)
+    ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
+    ing.plan_apply = ph.wrap("apply: plan (incl. parent reads)", ing.plan_apply)
+    original_reader = ing.read_rows_from
+
+    def timed_reader(lf: Any) -> Any:
+        return ph.wrap("apply: read parent rows", original_reader(lf))
+
+    ing.read_rows_from = timed_reader
+    ing.stage_partitions = ph.wrap("stage (write files + evidence)", ing.stage_partitions)
+    ing.gate_candidate = ph.wrap("gate", ing.gate_candidate)
+    _delta.commit = ph.wrap("commit", _delta.commit)
+    _delta.file_entries = ph.wrap("parent file list", _delta.file_entries)
+    lake.raw.put = ph.wrap("raw store", lake.raw.put)
+    lake.quarantine.write = ph.wrap("quarantine", lake.quarantine.write)
+    lake.recover_publication = ph.wrap("recover publication", lake.recover_publication)
+    lake.publish_version = ph.wrap("publish (catalog)", lake.publish_version)
+    assert isinstance(lake.raw, RawStore)
+    rss0 = maxrss_mb()
+    t0 = time.perf_counter()
+    report = lake.ingest(batch)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "rss_before_mb": rss0, "open_s": open_s,
+            "phases": {k: round(v, 4) for k, v in ph.seconds.items()},
+            "detail": {"version": report.version, "accepted": report.accepted, "quarantined": report.quarantined,
+                       "files_added": len(report.files), "files_removed": len(report.removed)}}
+
+
+def run_deltalake(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    src = pq.read_table(source)
+    rss0 = maxrss_mb()
+    t0 = time.perf_counter()
+    dt = DeltaTable(str(work))
+    metrics = clauses(dt.merge(src, merge_on(days), source_alias="s", target_alias="t")).execute()
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "rss_before_mb": rss0, "detail": _merge_detail(metrics)}
+
+
+def run_polars(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    import polars as pl
+
+    src = pl.read_parquet(source)
+    rss0 = maxrss_mb()
+    t0 = time.perf_counter()
+    merger = src.write_delta(str(work), mode="merge",
+                             delta_merge_options={"predicate": merge_on(days), "source_alias": "s",
+                                                  "target_alias": "t"})
+    metrics = clauses(merger).execute()
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "rss_before_mb": rss0, "detail": _merge_detail(metrics)}
+
+
+def _merge_detail(m: dict[str, Any]) -> dict[str, Any]:
+    keys = ("num_target_rows_updated", "num_target_rows_inserted", "num_target_rows_copied",
+            "num_target_files_added", "num_target_files_removed", "scan_time_ms", "rewrite_time_ms")
+    return {k: m.get(k) for k in keys}
+
+
+def run_pyiceberg(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from .data import iceberg_catalog
+
+    shutil.copy2(work / "catalog.pristine.db", work / "catalog.db")  # back to the base snapshot
+    src = pq.read_table(source)
+    rss0 = maxrss_mb()
+    t0 = time.perf_counter()
+    tbl = iceberg_catalog(work).load_table("bench.orders")
+    res = tbl.upsert(src, join_cols=["order_id"])
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "rss_before_mb": rss0,
+            "detail": {"rows_updated": res.rows_updated, "rows_inserted": res.rows_inserted}}
+
+
+def run_floor(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    """Read the 5 partitions' files and write them again as new files (no merge logic, no commit)."""
+    import pyarrow.parquet as pq
+
+    out = work.parent / (work.name + "-floor-out")
+    shutil.rmtree(out, ignore_errors=True)
+    rss0 = maxrss_mb()
+    t0 = time.perf_counter()
+    rows = 0
+    for d in days:
+        table = pq.read_table(work / f"event_day={d}")
+        (out / f"event_day={d}").mkdir(parents=True)
+        pq.write_table(table, out / f"event_day={d}" / "part-0.parquet")
+        rows += table.num_rows
+    seconds = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return {"seconds": seconds, "rss_before_mb": rss0, "detail": {"rows_rewritten": rows}}
+
+
+RUNNERS: dict[str, Callable[[Path, Path, Path, list[int]], dict[str, Any]]] = {
+    "ours": run_ours, "deltalake": run_deltalake, "polars": run_polars, "pyiceberg": run_pyiceberg,
+    "floor": run_floor,
+}
+
+
+# -- result check (run by the parent, after the child, never timed) ------------------------------------
+
+def check(contender: str, work: Path, days: list[int]) -> dict[str, Any] | None:
+    """Rows, tombstones and sums over the touched days, so contenders can be compared for equal results."""
+    import polars as pl
+
+    if contender == "floor":
+        return None
+    if contender == "pyiceberg":
+        from pyiceberg.expressions import In
+
+        from .data import iceberg_catalog
+
+        tbl = iceberg_catalog(work).load_table("bench.orders")
+        df = pl.from_arrow(tbl.scan(row_filter=In("event_day", days)).to_arrow())
+    else:
+        uri = str(work / "orders") if contender == "ours" else str(work)
+        df = pl.scan_delta(uri).filter(pl.col("event_day").is_in(days)).collect()
+    assert isinstance(df, pl.DataFrame)
+    return {"rows": df.height, "tombstones": int(df["deleted"].sum()),
+            "amount_sum": int(df["amount_cents"].sum()), "position_sum": int(df["position"].sum())}
+
+
+def warm_imports() -> None:
+    """Import what any contender lazily imports, so no timed step pays a first import."""
+    import deltalake  # noqa: F401
+    import polars  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.dataset  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+
+def main(argv: list[str]) -> None:
+    contender, work, source, batch, days = argv
+    warm_imports()
+    emit(RUNNERS[contender](Path(work), Path(source), Path(batch), [int(d) for d in days.split(",")]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

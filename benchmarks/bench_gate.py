@@ -1,0 +1,60 @@
+"""The telemetry manifest gate against a bare listing of the same prefix, at growing file counts.
+
+One hour holding N tiny files (4 records each) written by the simulated producer, and its manifest. The
+gate (`delta_release.gateway.manifest.gate_manifest`: inventory listing, size, sha256, parquet footer, record
+count and schema per file) against `Storage.list` of the hour's prefix.
+
+    python -m benchmarks.bench_gate LAKE MANIFEST
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._common import emit
+
+
+def build(lake_path: Path, files: int, hour: int = 7) -> Path:
+    """A lake whose telemetry table holds one hour of `files` files; returns the manifest path."""
+    from delta_release.gateway.external import ensure_table
+    from delta_release.gateway.producer import produce_hour, upload, write_manifest
+    from delta_release.lake import Lake
+
+    lake = Lake.open(lake_path)
+    ensure_table(lake, "telemetry")
+    manifest, objects = produce_hour(hour, f"bench-{files}", files=files, rows=4)
+    upload(lake.table_storage("telemetry"), objects)
+    return write_manifest(lake_path / "manifest.json", manifest)
+
+
+def main(argv: list[str]) -> None:
+    from delta_release.gateway.manifest import gate_manifest, load_manifest
+
+    from .bench_apply import open_lake_copy, warm_imports
+
+    lake_path, manifest_path = Path(argv[0]), Path(argv[1])
+    warm_imports()
+    lake = open_lake_copy(lake_path)
+    store = lake.table_storage("telemetry")
+    prefix = json.loads(manifest_path.read_text())["files"][0]["path"].split("/")[0]
+    reps = 3 if len(json.loads(manifest_path.read_text())["files"]) <= 10_000 else 1
+    list_ts, gate_ts = [], []
+    report: Any = None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        listed = store.list(prefix)
+        list_ts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        report = gate_manifest(lake, load_manifest(manifest_path, lake.tables))
+        gate_ts.append(time.perf_counter() - t0)
+    emit({"files": len(listed), "listing_s": statistics.median(list_ts), "gate_s": statistics.median(gate_ts),
+          "gate_ok": report.ok, "listing_runs": list_ts, "gate_runs": gate_ts})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

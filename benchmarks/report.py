@@ -1,0 +1,206 @@
+"""Turn one run's results into a console table, benchmarks/RESULTS.md and a PNG chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, str, str, str, str]  # section, what, figure, ratio, target
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "" if ok is None else (" (met)" if ok else " (NOT met)")
+
+
+def apply_rows(sec: dict[str, Any]) -> list[Row]:
+    from .bench_apply import LABELS
+
+    rows: list[Row] = []
+    main = sec["runs"].get(str(sec["main_rows"]), {})
+    ours = main.get("ours", {})
+    ours_s = ours.get("seconds") if ours.get("ok") else None
+    ours_check = ours.get("check")
+    for name, r in main.items():
+        label = LABELS.get(name, name)
+        if not r.get("ok"):
+            rows.append(("apply", label, "failed: " + str(r.get("error"))[:60], "", ""))
+            continue
+        fig = f"{_fmt_s(r['seconds'])} (runs {', '.join(f'{x:.2f}' for x in r['runs'])})"
+        ratio = target = ""
+        if ours_s and name != "ours":
+            if name == "pyiceberg":
+                ratio = f"pyiceberg/ours = {r['seconds'] / ours_s:.1f}x"
+                target = "ours >= 10x faster" + _verdict(r["seconds"] / ours_s >= 10)
+            else:
+                ratio = f"ours/{name} = {ours_s / r['seconds']:.2f}x"
+                limit = 2.0 if name == "floor" else 1.0
+                target = f"<= {limit:.1f}x" + _verdict(ours_s / r["seconds"] <= limit) if name != "polars" else ""
+        if ours_check and r.get("check") is not None and name != "ours":
+            same = r["check"] == ours_check
+            fig += "; result = ours" if same else "; result DIFFERS from ours"
+        rows.append(("apply", label, fig, ratio, target))
+    if not main.get("pyiceberg", {}).get("ok") and "pyiceberg" in main and ours_s:
+        err = str(main["pyiceberg"].get("error", ""))
+        if err.startswith("timed out after"):
+            secs = float(err.split()[3].rstrip("s"))
+            rows.append(("apply", "pyiceberg lower bound", f"> {secs:.0f} s", f"pyiceberg/ours > {secs / ours_s:.0f}x",
+                         "ours >= 10x faster" + _verdict(secs / ours_s >= 10)))
+    sizes = sec["sizes"]
+    for name in main if len(sizes) > 1 else []:
+        peaks = [sec["runs"].get(str(n), {}).get(name, {}) for n in sizes]
+        if not all(p.get("ok") for p in peaks):
+            continue
+        fig = " -> ".join(f"{p['maxrss_mb']:.0f} MiB" for p in peaks)
+        growth = peaks[-1]["maxrss_mb"] / peaks[0]["maxrss_mb"]
+        table = " -> ".join(f"{n:,}" for n in sizes)
+        target = ("must not grow with the table" + _verdict(growth <= 1.15)) if name == "ours" else ""
+        rows.append(("apply memory", f"{name} peak RSS, table {table} rows", fig, f"x{growth:.2f}", target))
+    return rows
+
+
+def all_rows(results: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    secs = results["sections"]
+    builders = {"apply": apply_rows}
+    for name, sec in secs.items():
+        if "error" in sec:
+            rows.append((name, "section failed", sec["error"][:100], "", ""))
+        elif name in builders:
+            rows.extend(builders[name](sec))
+        else:
+            rows.extend(tuple(r) for r in sec.get("rows", []))  # type: ignore[misc]
+    return rows
+
+
+def console(results: dict[str, Any]) -> str:
+    rows = all_rows(results)
+    head: Row = ("section", "contender / measure", "figure", "ratio", "target")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    widths = [min(w, 70) for w in widths]
+    line = "  ".join("-" * w for w in widths)
+    out = ["", "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), line]
+    for r in rows:
+        out.append("  ".join(c[:w].ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(out) + "\n"
+
+
+def chart(results: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    panels = []
+    apply = results["sections"].get("apply", {})
+    if "runs" in apply:
+        main = apply["runs"].get(str(apply["main_rows"]), {})
+        names = [n for n, r in main.items() if r.get("ok")]
+        panels.append(("Apply: seconds (log)", names, [main[n]["seconds"] for n in names], True))
+        sizes = apply["sizes"]
+        mem = {n: [apply["runs"].get(str(s), {}).get(n, {}).get("maxrss_mb") for s in sizes] for n in names}
+        panels.append(("Apply: peak RSS MiB", mem, sizes, False))
+    dec = results["sections"].get("decode", {})
+    if dec.get("chart"):
+        panels.append(("Decode: lines/s", list(dec["chart"]), list(dec["chart"].values()), False))
+    gate = results["sections"].get("gate", {})
+    if gate.get("chart"):
+        panels.append(("Gate vs listing: seconds", gate["chart"], gate.get("files", []), "gate"))
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2))
+    axes = list(axes) if len(panels) > 1 else [axes]
+    for ax, (title, a, b, kind) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize=10)
+        if title.startswith("Apply: peak"):
+            width = 0.8 / max(1, len(b))
+            for i, size in enumerate(b):
+                vals = [a[n][i] or 0 for n in a]
+                ax.bar([j + i * width for j in range(len(a))], vals, width, label=f"{size / 1e6:g}M rows")
+            ax.set_xticks([j + width * (len(b) - 1) / 2 for j in range(len(a))], list(a), rotation=30, ha="right")
+            ax.legend(fontsize=8)
+        elif kind == "gate":
+            for name, vals in a.items():
+                ax.plot(b, vals, marker="o", label=name)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("files")
+            ax.legend(fontsize=8)
+        else:
+            colors = ["#1f77b4" if n.startswith("ours") else "#999999" for n in a]
+            ax.bar(a, b, color=colors)
+            if kind is True:
+                ax.set_yscale("log")
+            ax.tick_params(axis="x", rotation=30)
+            for lbl in ax.get_xticklabels():
+                lbl.set_ha("right")
+    fig.suptitle(f"delta-release benchmarks ({results['scale']['name']} scale, "
+                 f"{results['machine']['cores']} cores)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_markdown(results: dict[str, Any], path: Path) -> None:
+    png = path.with_suffix(".png")
+    has_chart = chart(results, png)
+    sc = results["scale"]
+    m = results["machine"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Produced by `{results['command']}` (scale `{sc['name']}`) on {results['started']}, "
+        f"in {results['total_seconds']:.0f} s. Each contender runs in its own process on the same data; "
+        "figures are medians of the runs listed. Targets are reported, never asserted.",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
+        f"load average at start {m['load_average']} (the machine was shared with other work).",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + ".",
+        "",
+    ]
+    if has_chart:
+        lines += [f"![chart]({png.name})", ""]
+    lines += ["| section | contender / measure | figure | ratio | target |", "|---|---|---|---|---|"]
+    for r in all_rows(results):
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+    lines.append("")
+    lines += details(results)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def details(results: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    apply = results["sections"].get("apply", {})
+    if "runs" in apply:
+        out += ["## Apply details", "",
+                f"Batch: {apply['batch_events']:,} events on days {apply['touched_days']}; table sizes "
+                f"{', '.join(f'{n:,}' for n in apply['sizes'])} rows (the sizes differ only in untouched days).",
+                ""]
+        main = apply["runs"].get(str(apply["main_rows"]), {})
+        ours = main.get("ours", {})
+        if ours.get("phases"):
+            out += ["Where our time goes (fastest run; nested: the parent-row reads are inside the plan):", "",
+                    "| phase | seconds |", "|---|---|"]
+            out += [f"| {k} | {v:.3f} |" for k, v in sorted(ours["phases"].items(), key=lambda kv: -kv[1])]
+            out += [f"| total (Lake.ingest) | {ours['seconds']:.3f} |", ""]
+        out += ["| table rows | contender | seconds | peak RSS MiB | RSS before the timed step | result check |",
+                "|---|---|---|---|---|---|"]
+        for n in apply["sizes"]:
+            for name, r in apply["runs"].get(str(n), {}).items():
+                if r.get("ok"):
+                    out.append(f"| {n:,} | {name} | {r['seconds']:.3f} | {r['maxrss_mb']:.0f} | "
+                               f"{r.get('rss_before_mb') or 0:.0f} | {r.get('check')} |")
+                else:
+                    out.append(f"| {n:,} | {name} | failed | | | {r.get('error')} |")
+        out.append("")
+    for name, sec in results["sections"].items():
+        if sec.get("notes"):
+            out += [f"## {name.capitalize()} notes", ""] + [f"- {n}" for n in sec["notes"]] + [""]
+    return out

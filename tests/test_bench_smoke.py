@@ -1,0 +1,33 @@
+"""The benchmark runner still runs end to end (at a micro scale, in a tmp dir). Nothing here is timed:
+benchmarks report figures, they never assert them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # a dozen child interpreters
+def test_bench_runner_runs_at_micro_scale(tmp_path: Path) -> None:
+    env = {**os.environ, "DELTA_RELEASE_BENCH_DATA": str(tmp_path)}
+    out = tmp_path / "RESULTS.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--scale", "micro", "--skip", "pyiceberg,engines",
+         "--results", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((tmp_path / "micro" / "results.json").read_text())
+    for section in ("apply", "decode", "audit", "gate", "planning"):
+        assert "error" not in results["sections"][section], results["sections"][section]
+    runs = results["sections"]["apply"]["runs"]
+    main = runs[str(results["sections"]["apply"]["main_rows"])]
+    assert main["ours"]["ok"] and main["deltalake"]["ok"], main
+    assert main["deltalake"]["check"] == main["ours"]["check"]  # same rows after the same batch
+    assert "| apply |" in out.read_text()
