@@ -271,3 +271,15 @@ def test_pending_evidence_names_raw_batches_old_files_and_backups(history_lake: 
     after = lake.erasure_pending(backup_expiry_days=35)
     assert "data_files" not in [p["kind"] for p in after] and len(after) == 4
     assert all(p["subject"] == report.subject[:16] for p in after)
+
+
+def test_second_engine_never_returns_the_subject(history_lake: dr.Lake) -> None:
+    lake = history_lake
+    read_duckdb = getattr(lake.gateway, "read_duckdb", None)
+    if read_duckdb is None:
+        pytest.skip("the gateway has no second engine yet")
+    assert SUBJECT in read_duckdb("orders", 3, include_tombstones=True)["order_id"].to_list()
+    lake.erase(SUBJECT)
+    assert SUBJECT not in read_duckdb("orders", include_tombstones=True)["order_id"].to_list()
+    with pytest.raises(ErasureExposureError):
+        read_duckdb("orders", 3)

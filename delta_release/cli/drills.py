@@ -29,6 +29,15 @@ def conflict(opts: Options) -> None:
     emit_drill(opts, run_conflict_drill(opts.lake), "conflict")
 
 
+@drill.command("erasure")
+@command_options
+def erasure(opts: Options) -> None:
+    """Ingest, erase, replay, ingest a newer event, pinned read and rollback: the subject never returns."""
+    from ..drills.erasure import run_erasure_drill
+
+    emit_drill(opts, run_erasure_drill(opts.lake), "erasure")
+
+
 @drill.command("crash")
 @command_options
 def crash(opts: Options) -> None:

@@ -8,6 +8,7 @@ from .. import __version__
 from .base import Options
 from .audit import audit
 from .drills import drill
+from .erasure import erase, rollback, vacuum
 from .orders import history, ingest, read, replay
 
 
@@ -22,7 +23,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     ctx.obj = Options(lake=lake, json=as_json, debug=debug)
 
 
-for command in (ingest, replay, read, history, audit, drill):
+for command in (ingest, replay, read, history, audit, drill, erase, rollback, vacuum):
     cli.add_command(command)
 
 

@@ -1,0 +1,82 @@
+"""erase, rollback, vacuum."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
+from ..erasure.vacuum import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS
+from .base import Options, command_options, emit, open_lake
+
+
+def _pending_text(pending: list[dict[str, Any]]) -> str:
+    if not pending:
+        return "nothing else holds the subject"
+    return "still pending:\n" + "\n".join(f"  {p['what']} until {p['until']}" for p in pending)
+
+
+@click.command()
+@click.argument("order_id")
+@click.option("--table", default="orders", show_default=True)
+@click.option("--raw-retention-days", type=float, default=RAW_RETENTION_DAYS, show_default=True,
+              help="How long raw batches are kept (they hold the subject until then).")
+@click.option("--backup-expiry-days", type=float, default=BACKUP_EXPIRY_DAYS, show_default=True,
+              help="How long backups taken before the erasure live (0: no backups).")
+@command_options
+def erase(opts: Options, order_id: str, table: str, raw_retention_days: float, backup_expiry_days: float) -> None:
+    """Erase ORDER_ID: one commit removes every row of it; its events are blocked from now on."""
+    report = open_lake(opts).erase(order_id, table=table, raw_retention_days=raw_retention_days,
+                                   backup_expiry_days=backup_expiry_days or None).to_json()
+    where = "nothing to remove" if report["version"] is None else f"version {report['version']}"
+    text = (f"erased subject {report['subject'][:16]} from {table}: {report['rows_removed']} row(s) removed"
+            f" ({where}); versions that still hold it are refused: {report['exposed_versions'] or 'none'}\n"
+            + _pending_text(report["pending"]))
+    emit(opts, report, text)
+
+
+@click.command()
+@click.option("--to", "to", type=int, required=True, metavar="N", help="The version to restore.")
+@click.option("--repair-forward", is_flag=True,
+              help="When N holds an erased subject, commit N's content without every erased subject.")
+@click.option("--table", default="orders", show_default=True)
+@command_options
+def rollback(opts: Options, to: int, repair_forward: bool, table: str) -> None:
+    """Restore version N as a new version if allowed; else refuse (exit 3), or repair forward."""
+    report = open_lake(opts).rollback(to, repair_forward=repair_forward, table=table).to_json()
+    text = (f"{table}: {report['mode']} of version {report['restored_to']} committed as version"
+            f" {report['version']} (+{len(report['files_added'])} -{len(report['files_removed'])} files"
+            + (f", {report['rows_dropped']} erased row(s) left out" if report["mode"] == "repair-forward" else "")
+            + ")")
+    emit(opts, report, text)
+
+
+@click.command()
+@click.option("--apply", is_flag=True, help="Delete the files (default: a dry run that only reports).")
+@click.option("--dry-run", is_flag=True, help="Only report (the default).")
+@click.option("--table", default="orders", show_default=True)
+@click.option("--retain-versions", type=int, default=RETAIN_VERSIONS, show_default=True,
+              help="The newest N versions stay readable and restorable.")
+@click.option("--replay-horizon-hours", type=float, default=REPLAY_HORIZON_HOURS, show_default=True,
+              help="Versions committed within this many hours stay readable (0: off).")
+@click.option("--orphan-grace-hours", type=float, default=ORPHAN_GRACE_HOURS, show_default=True,
+              help="Files in no version (staged by a writer) are kept until this old.")
+@command_options
+def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_versions: int,
+           replay_horizon_hours: float, orphan_grace_hours: float) -> None:
+    """Retention- and erasure-aware cleanup of data files no needed snapshot references."""
+    if apply and dry_run:
+        raise click.UsageError("--apply and --dry-run exclude each other")
+    report = open_lake(opts).vacuum(table, apply=apply, retain_versions=retain_versions,
+                                    replay_horizon_hours=replay_horizon_hours,
+                                    orphan_grace_hours=orphan_grace_hours).to_json()
+    verb = "removed" if apply else "would remove"
+    lines = [f"{table}: {verb} {len(report['removed'])} file(s), {report['bytes_removed']} bytes"
+             f" {report['removed_by_reason'] or ''}; kept {len(report['kept'])} old file(s) and"
+             f" {report['kept_current']} current"]
+    lines += [f"  {verb}: {r['path']} ({r['reason']})" for r in report["removed"]]
+    lines += [f"  kept: {k['path']} ({k['reason']})" for k in report["kept"]]
+    if not apply:
+        lines.append("dry run: nothing was deleted; use --apply")
+    emit(opts, report, "\n".join(lines))
