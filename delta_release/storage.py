@@ -96,7 +96,7 @@ class Storage:
         """Write (or replace) a small file; on local disk through a temporary name and a rename."""
         full = self._full(rel)
         parent = full.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
+        self._ensure_dir(parent)
         if self.is_local:
             tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
             with open(tmp, "wb") as handle:
@@ -116,7 +116,7 @@ class Storage:
         """
         full = self._full(rel)
         parent = full.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
+        self._ensure_dir(parent)
         if self.is_local:
             tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
             with open(tmp, "wb") as handle:
@@ -135,6 +135,12 @@ class Storage:
         with self.fs.open_output_stream(full) as out:
             out.write(data)
         return True
+
+    def _ensure_dir(self, full_dir: str) -> None:
+        # An object store has no directories: pyarrow's create_dir on S3 PUTs an empty `dir/` marker for
+        # every level, on every write (extra requests, and zero-byte objects inside partition prefixes).
+        if self.is_local:
+            self.fs.create_dir(full_dir, recursive=True)
 
     def delete(self, rel: str) -> None:
         try:

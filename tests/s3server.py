@@ -1,0 +1,102 @@
+"""A real S3-compatible server for the integration suite: `moto_server` on 127.0.0.1 and a free port.
+
+Started once per test module in its own process (so its threads never share our GIL or our warning
+filters) and stopped by its own pid afterwards. Each test gets a fresh bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    log: Path
+    recording: Path
+
+    @property
+    def options(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "test",
+                "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test",
+                            aws_secret_access_key="test", region_name="us-east-1")
+
+    def record(self, command: str) -> None:
+        """moto's request recorder: reset-recording, start-recording, stop-recording."""
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.endpoint}/moto-api/recorder/{command}", method="POST")
+        urllib.request.urlopen(req, timeout=30).read()
+
+    def recorded(self) -> list[dict[str, Any]]:
+        if not self.recording.exists():
+            return []
+        return [json.loads(line) for line in self.recording.read_text().splitlines() if line.strip()]
+
+    def new_bucket(self) -> str:
+        name = f"lake-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server_command(port: int) -> list[str]:
+    exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
+    if exe:
+        return [exe, "-H", "127.0.0.1", "-p", str(port)]
+    return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+
+@pytest.fixture(scope="module")
+def s3server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    work = tmp_path_factory.mktemp("moto")
+    log, recording = work / "moto_server.log", work / "recording.jsonl"
+    for _ in range(3):  # a port taken between choosing and binding: choose again
+        port = _free_port()
+        with open(log, "w") as out:
+            proc = subprocess.Popen(_server_command(port), stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PYTHONWARNINGS": "ignore",
+                                         "MOTO_RECORDER_FILEPATH": str(recording)})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        if proc.poll() is None:
+            break
+    else:
+        pytest.fail(f"moto_server did not start: {log.read_text()[-2000:]}")
+    try:
+        yield S3Server(endpoint=f"http://127.0.0.1:{port}", log=log, recording=recording)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
