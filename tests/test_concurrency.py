@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import jsonl
+from conftest import jsonl, up
 
 import delta_release as dr
 from delta_release import _delta
@@ -129,8 +129,9 @@ def test_writers_race_with_an_eraser(tmp_path: Path) -> None:
         pytest.skip("Lake.erase is not in this tree yet (issue 4)")
     lake_dir = tmp_path / "lake"
     lake = dr.Lake.open(lake_dir)
-    victim = "ord-03"
-    batches = make_batches(4, seed=11)
+    victim = "victim"
+    # every batch also touches the victim, so the eraser races writers that would re-create it
+    batches = [b + jsonl([up(victim, 10_000 + i, amount=i, day=i)]) for i, b in enumerate(make_batches(4, seed=11))]
     lake.ingest(batches[0])
     assert victim in current(lake)
     files = []

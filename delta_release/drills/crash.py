@@ -179,19 +179,22 @@ def find_orphans(lake: Lake) -> list[str]:
 
 
 def remove_orphans(lake: Lake) -> tuple[str, list[str]]:
-    """Remove staged files of killed runs: `Lake.vacuum` when it exists, else this drill's orphan finder."""
+    """Remove staged files of killed runs with `Lake.vacuum` (no grace: no writer is in flight here).
+
+    Falls back to this drill's orphan finder when the lake has no vacuum, and says so; the finder also
+    removes whatever vacuum left, and the drill's `orphans_removed_by_vacuum` check reports that.
+    """
     orphans = find_orphans(lake)
+    how = "drill orphan finder" if orphans else "nothing to remove"
     vacuum = getattr(lake, "vacuum", None)
-    if callable(vacuum):
-        try:
-            vacuum(dry_run=False)
-            return "Lake.vacuum", orphans
-        except TypeError:
-            pass
+    if callable(vacuum) and orphans:
+        vacuum(TABLE, apply=True, orphan_grace_hours=0)
+        how = "Lake.vacuum"
     store = lake.table_storage(TABLE)
-    for path in orphans:
+    for path in find_orphans(lake):
+        how = f"{how} + drill orphan finder" if how == "Lake.vacuum" else how
         store.delete(path)
-    return "drill orphan finder", orphans
+    return how, orphans
 
 
 def evidence_check(lake: Lake, version: int) -> list[str]:
@@ -294,8 +297,9 @@ def drill_point(root: Path, index: int, point: CrashPoint, batch: Path, *, befor
     checks["batch_applied_once"] = _commits_of(lake, batch_id) == 1 and batch_id in applied_batches(lake)
     checks["rerun_published_latest"] = final_pub.version == lake.latest_version(TABLE)
     checks["quarantine_after_rerun"] = _quarantine_rows(lake, batch_id) == after_quarantined
-    how, removed = remove_orphans(lake)
+    how, removed = remove_orphans(Lake.open(lake_dir))  # vacuum on the real clock: file times are real
     checks["orphans_removed"] = not find_orphans(lake)
+    checks["orphans_removed_by_vacuum"] = "finder" not in how or not removed
     checks["reads_same_after_cleanup"] = _rows(lake) == after
     checks["files_match_evidence_after_cleanup"] = not evidence_check(lake, final_pub.version)
     return {
