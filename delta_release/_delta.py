@@ -101,7 +101,19 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
 
 def file_entries(uri: str, options: dict[str, str], version: int) -> list[FileEntry]:
     """The files a version references, with their partition values and record counts."""
-    handle = _open(uri, options, version)
+    return snapshot_entries(_open(uri, options, version))
+
+
+def open_snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:
+    """A table handle pinned to `version`, log already replayed; `polars.scan_delta` accepts it as is.
+
+    Outside this module treat it as opaque (the gateway caches it so a warm query skips the log replay).
+    """
+    return _open(uri, options, version)
+
+
+def snapshot_entries(handle: DeltaTable) -> list[FileEntry]:
+    """`file_entries` of an opened snapshot."""
     actions = pa.table(handle.get_add_actions(flatten=True)).to_pylist()
     out = []
     for row in actions:
@@ -152,7 +164,7 @@ def is_delta_error(exc: BaseException) -> bool:
 
 
 __all__ = [
-    "METADATA_KEY", "DeltaReleaseError", "FileAdd", "FileEntry", "arrow_schema", "commit", "create_table",
-    "file_entries", "file_uris", "history", "is_delta_error", "latest_version", "partition_columns",
-    "table_configuration",
+    "DeltaReleaseError", "FileAdd", "FileEntry", "METADATA_KEY", "arrow_schema", "commit", "create_table",
+    "file_entries", "file_uris", "history", "is_delta_error", "latest_version", "open_snapshot",
+    "partition_columns", "snapshot_entries", "table_configuration",
 ]

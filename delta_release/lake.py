@@ -109,7 +109,8 @@ class Lake:
 
         for _ in range(20):
             current = self.catalog.current(name)
-            if current is not None and current.version >= version and label is None:
+            # A labelled publication may re-publish the current version, but never an older one (I8).
+            if current is not None and (current.version > version or (current.version == version and label is None)):
                 return current
             crash_point("publish.before_swap")
             try:

@@ -45,3 +45,14 @@ def crash(opts: Options) -> None:
     from ..drills.crash import run_crash_drill
 
     emit_drill(opts, run_crash_drill(opts.lake), "crash")
+
+
+@drill.command("freshness")
+@click.option("--runs", type=click.IntRange(min=20), default=20, show_default=True,
+              help="Planning-time runs for the p95 (at least 20).")
+@command_options
+def freshness(opts: Options, runs: int) -> None:
+    """47 hourly telemetry partitions: partial hour rejected, stale readers refresh or fail, engines agree."""
+    from ..drills.freshness import run_freshness_drill
+
+    emit_drill(opts, run_freshness_drill(opts.lake, runs=runs), "freshness")

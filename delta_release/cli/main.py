@@ -9,6 +9,7 @@ from .base import Options
 from .audit import audit
 from .drills import drill
 from .erasure import erase, rollback, vacuum
+from .gateway import gate, publish
 from .orders import history, ingest, read, replay
 
 
@@ -23,7 +24,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     ctx.obj = Options(lake=lake, json=as_json, debug=debug)
 
 
-for command in (ingest, replay, read, history, audit, drill, erase, rollback, vacuum):
+for command in (ingest, replay, read, history, audit, drill, erase, rollback, vacuum, gate, publish):
     cli.add_command(command)
 
 

@@ -1,5 +1,11 @@
-"""Freshness gateway: catalog generations, the reader's metadata cache, engines."""
+"""Freshness gateway: catalog generations, the reader's metadata cache, external manifests, engines."""
 
-from .catalog import Catalog, Publication, SqliteCatalog, TableEntry
+from .cache import CachedTable, Requests
+from .catalog import Catalog, MemoryCatalog, Publication, SqliteCatalog, TableEntry
+from .engines import EngineMismatchError, FileSetReport
+from .external import PublishReport, publish_manifest
+from .manifest import GateReport, Manifest, gate_manifest, load_manifest
 
-__all__ = ["Catalog", "Publication", "SqliteCatalog", "TableEntry"]
+__all__ = ["CachedTable", "Catalog", "EngineMismatchError", "FileSetReport", "GateReport", "Manifest",
+           "MemoryCatalog", "Publication", "PublishReport", "Requests", "SqliteCatalog", "TableEntry",
+           "gate_manifest", "load_manifest", "publish_manifest"]

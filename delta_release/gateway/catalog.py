@@ -8,6 +8,7 @@ both expected generation g cannot both win.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,3 +135,55 @@ class SqliteCatalog:
                         (name, generation, version, completed, digest, label))
         return Publication(table=name, generation=generation, version=version, completed=completed,
                            digest=digest, label=label)
+
+
+class MemoryCatalog:
+    """An in-process catalog with the same contract as `SqliteCatalog` (embedding, scratch drills, tests).
+
+    It is not shared between processes; a lake that several processes publish to needs `SqliteCatalog`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: dict[str, TableEntry] = {}
+        self._pubs: dict[str, list[Publication]] = {}
+
+    def register(self, name: str, *, location: str, kind: str) -> TableEntry:
+        with self._lock:
+            return self._tables.setdefault(name, TableEntry(name=name, location=location, kind=kind))
+
+    def set_location(self, name: str, location: str) -> None:
+        with self._lock:
+            entry = self._tables.get(name)
+            if entry is None:
+                raise NotFoundError(f"table {name} is not in the catalog", table=name)
+            self._tables[name] = TableEntry(name=name, location=location, kind=entry.kind)
+
+    def table(self, name: str) -> TableEntry | None:
+        with self._lock:
+            return self._tables.get(name)
+
+    def tables(self) -> list[TableEntry]:
+        with self._lock:
+            return sorted(self._tables.values(), key=lambda t: t.name)
+
+    def current(self, name: str) -> Publication | None:
+        with self._lock:
+            pubs = self._pubs.get(name)
+            return pubs[-1] if pubs else None
+
+    def publications(self, name: str) -> list[Publication]:
+        with self._lock:
+            return list(self._pubs.get(name, []))
+
+    def publish(self, name: str, *, expected_generation: int | None, version: int, digest: str,
+                completed: str, label: str | None = None) -> Publication:
+        with self._lock:
+            pubs = self._pubs.setdefault(name, [])
+            found = pubs[-1].generation if pubs else None
+            if found != expected_generation:
+                raise GenerationConflictError(name, expected_generation, found)
+            pub = Publication(table=name, generation=(found or 0) + 1, version=version, completed=completed,
+                              digest=digest, label=label)
+            pubs.append(pub)
+            return pub

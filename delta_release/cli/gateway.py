@@ -1,0 +1,57 @@
+"""gate MANIFEST, publish MANIFEST: external partitions through the manifest-vs-inventory gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .base import Options, command_options, emit, open_lake
+
+_LISTS = ("missing", "unexpected", "size_mismatch", "count_mismatch", "checksum_mismatch", "schema_mismatch")
+
+
+def _gate_text(r: dict[str, Any]) -> str:
+    head = (f"{r['table']} {r['partition']} generation {r['generation']}: "
+            f"{'gate passed' if r['ok'] else 'GATE FAILED'} ({r['files']} files)")
+    lines = [head]
+    for kind in _LISTS:
+        for path in r[kind]:
+            lines.append(f"  {kind}: {path}: {'; '.join(r['details'].get(path, []))}")
+    if r["retained"]:
+        lines.append(f"  retained from earlier generations: {len(r['retained'])} files")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(path_type=Path))
+@command_options
+def gate(opts: Options, manifest: Path) -> None:
+    """Check a producer manifest against the partition's object inventory; registers nothing."""
+    from ..gateway import gate_manifest, load_manifest
+
+    lake = open_lake(opts)
+    report = gate_manifest(lake, load_manifest(manifest, lake.tables)).to_json()
+    emit(opts, report, _gate_text(report), exit_code=0 if report["ok"] else 3)
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(path_type=Path))
+@command_options
+def publish(opts: Options, manifest: Path) -> None:
+    """Gate, then one strict Delta commit of the files, then the catalog generation, then cache refresh."""
+    from ..gateway import load_manifest, publish_manifest
+
+    lake = open_lake(opts)
+    report = publish_manifest(lake, load_manifest(manifest, lake.tables)).to_json()
+    text = _gate_text(report)
+    if report["ok"]:
+        cat = report["catalog"] or {}
+        state = "already published" if report["already_published"] else "published"
+        text += (f"\n{state}: version {report['version']}, catalog generation {cat.get('generation')}"
+                 f" ({cat.get('label')}); +{len(report['added'])} -{len(report['removed'])} files;"
+                 f" cache refreshed at {(report['cache'] or {}).get('refresh_completed')}")
+    else:
+        text += "\nnothing registered; the last published version stays readable"
+    emit(opts, report, text, exit_code=0 if report["ok"] else 3)

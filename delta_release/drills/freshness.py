@@ -1,0 +1,287 @@
+"""The freshness drill (seed 003, "publish telemetry with a catalog freshness gate").
+
+In a scratch lake: 47 hourly telemetry partitions (hour 9 with 23 files, the others 3 each) published
+through producer manifests. Baseline: a broad listing of the table prefix against a pruned one-hour query
+through the gateway (planning time, listed objects, bytes). Then the next hour's manifest is published
+with one object missing (rejected, nothing registered, the last hour still readable), completed and
+published; readers whose caches name the previous generation refresh (or raise `FreshnessError`) instead
+of returning zero rows; both engines read the same files; a DuckDB glob over an hour directory reports
+the unregistered file it sees; a corrected generation replaces the hour in one commit; a table location
+change is caught with a stale cache; p95 planning time over `runs` runs and request counts.
+
+Request counts on local disk are the calls this code makes (catalog queries, Delta log resolutions,
+object listings and reads, directories a listing walks); delta-rs's own log reads are reported as the
+number of `_delta_log` objects it lists, not intercepted.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..errors import FreshnessError
+from ..gateway.external import publish_manifest
+from ..gateway.manifest import gate_manifest, parse_manifest
+from ..gateway.producer import produce_hour, upload
+from ..lake import Lake
+from .scratch import prepare_scratch
+
+TABLE = "telemetry"
+HOURS = 47
+WIDE_HOUR = 9
+WIDE_FILES = 23
+FILES_PER_HOUR = 3
+ROWS_PER_FILE = 4
+PREDICATE = "hour == 9"
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
+def _p95(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return round(ordered[max(0, int(round(0.95 * len(ordered))) - 1)], 3)
+
+
+def _summary(samples: list[float]) -> dict[str, Any]:
+    return {"runs": len(samples), "median_ms": round(statistics.median(samples), 3), "p95_ms": _p95(samples),
+            "max_ms": round(max(samples), 3)}
+
+
+def _publish(lake: Lake, hour: int, generation: str, files: int, **kw: Any) -> tuple[Any, dict[str, bytes]]:
+    doc, objects = produce_hour(hour, generation, files=files, rows=ROWS_PER_FILE, **kw)
+    return parse_manifest(doc, source=f"<{generation}>", tables=lake.tables), objects
+
+
+def _hour_rows(lake: Lake, hour: int) -> int:
+    return lake.scan(TABLE).filter(pl.col("hour") == hour).collect().height
+
+
+def _broad_listing(lake: Lake) -> dict[str, Any]:
+    """What a reader without the catalog does: list the whole table prefix, prune by path afterwards."""
+    storage = lake.table_storage(TABLE)
+    start = time.perf_counter()
+    objects = storage.list("")
+    data = [o for o in objects if o.path.endswith(".parquet") and not o.path.startswith("_delta_log/")]
+    wanted = [o for o in data if o.path.startswith(f"hour={WIDE_HOUR:02d}/")]
+    elapsed = _ms(start)
+    directories = len({o.path.rsplit("/", 1)[0] for o in objects}) + 1
+    return {"planning_ms": elapsed, "listing_calls": 1, "directories_walked": directories,
+            "listed_objects": len(objects), "data_files": len(data), "bytes_full_scan": sum(o.size for o in data),
+            "files_for_predicate": len(wanted), "bytes_for_predicate": sum(o.size for o in wanted)}
+
+
+def _pruned_query(lake: Lake) -> tuple[dict[str, Any], pl.LazyFrame]:
+    before = lake.gateway.requests.snapshot()
+    start = time.perf_counter()
+    lf = lake.scan(TABLE).filter(pl.col("hour") == WIDE_HOUR)
+    lf.explain()
+    elapsed = _ms(start)
+    cached = lake.gateway.cache[TABLE]
+    files = [f for f in cached.files if str(f.partition_values.get("hour")) == str(WIDE_HOUR)]
+    log_dir = Path(cached.location) / "_delta_log"
+    return {"planning_ms": elapsed, "listed_objects_by_gateway": 0,
+            "delta_log_objects": len(list(log_dir.iterdir())) if log_dir.is_dir() else None,
+            "files_planned": len(files), "bytes_scanned": sum(f.size for f in files),
+            "files_in_version": len(cached.files), "requests": lake.gateway.requests.since(before)}, lf
+
+
+def _planning_runs(lake: Lake, runs: int) -> dict[str, Any]:
+    warm, cold, broad = [], [], []
+    before = lake.gateway.requests.snapshot()
+    for _ in range(runs):
+        start = time.perf_counter()
+        lake.scan(TABLE).filter(pl.col("hour") == WIDE_HOUR).explain()
+        warm.append((time.perf_counter() - start) * 1000)
+    warm_requests = lake.gateway.requests.since(before)
+    before = lake.gateway.requests.snapshot()
+    for _ in range(runs):
+        lake.gateway.clear()
+        start = time.perf_counter()
+        lake.scan(TABLE).filter(pl.col("hour") == WIDE_HOUR).explain()
+        cold.append((time.perf_counter() - start) * 1000)
+    cold_requests = lake.gateway.requests.since(before)
+    for _ in range(runs):
+        broad.append(_broad_listing(lake)["planning_ms"])
+    return {"predicate": PREDICATE,
+            "pruned_warm_cache": {**_summary(warm), "requests_per_query": _per(warm_requests, runs)},
+            "pruned_cold_cache": {**_summary(cold), "requests_per_query": _per(cold_requests, runs)},
+            "broad_listing": _summary(broad)}
+
+
+def _per(counts: dict[str, int], runs: int) -> dict[str, float]:
+    return {k: round(v / runs, 2) for k, v in counts.items()}
+
+
+def run_freshness_drill(uri: str, *, runs: int = 20) -> dict[str, Any]:
+    root = prepare_scratch(uri)
+    lake = Lake.open(root)
+    storage = lake.table_storage(TABLE)
+    checks: dict[str, bool] = {}
+    out: dict[str, Any] = {"lake": str(root), "table": TABLE, "predicate": PREDICATE}
+
+    # -- stage the workload: 47 hours, hour 9 with 23 files ------------------------------------------
+    start = time.perf_counter()
+    inventory: dict[str, int] = {}
+    for hour in range(HOURS):
+        manifest, objects = _publish(lake, hour, f"telemetry-{hour + 1}",
+                                     WIDE_FILES if hour == WIDE_HOUR else FILES_PER_HOUR)
+        upload(storage, objects)
+        report = publish_manifest(lake, manifest)
+        assert report.ok, report.gate.to_json()
+        inventory[f"hour={hour:02d}"] = len(objects)
+    pub = lake.published(TABLE)
+    assert pub is not None
+    out["workload"] = {"hours": HOURS, "files": sum(inventory.values()), "rows_per_file": ROWS_PER_FILE,
+                       "source_generation": pub.label, "catalog_generation": pub.generation,
+                       "version": pub.version, "inventory": inventory, "staging_ms": _ms(start)}
+
+    # -- baseline ------------------------------------------------------------------------------------
+    broad = _broad_listing(lake)
+    pruned, lf = _pruned_query(lake)
+    pruned["rows"] = lf.collect().height
+    out["baseline"] = {"broad_listing": broad, "pruned_query": pruned}
+    checks["baseline_pruned_plans_fewer_objects"] = (
+        pruned["files_planned"] == WIDE_FILES and broad["listed_objects"] > pruned["files_planned"]
+        and pruned["bytes_scanned"] < broad["bytes_full_scan"])
+
+    # readers opened before the next publication, caches warm at the current generation
+    stale_refresh = Lake.open(root)
+    stale_error = Lake.open(root, freshness="error")
+    for reader in (stale_refresh, stale_error):
+        _hour_rows(reader, HOURS - 1)
+    before_gen = stale_refresh.gateway.cache[TABLE].generation
+    before_version = lake.latest_version(TABLE)
+
+    # -- publish the next hour, first with one object omitted -----------------------------------------
+    next_hour = HOURS
+    manifest, objects = _publish(lake, next_hour, f"telemetry-{next_hour + 1}", FILES_PER_HOUR)
+    omitted = sorted(objects)[-1]
+    upload(storage, objects, skip={omitted})
+    failed = publish_manifest(lake, manifest)
+    after_fail = lake.published(TABLE)
+    checks["partial_hour_rejected"] = not failed.ok and failed.gate.missing == [omitted]
+    checks["nothing_registered_on_reject"] = (lake.latest_version(TABLE) == before_version and after_fail is not None
+                                              and after_fail.generation == before_gen)
+    last_hour_rows = _hour_rows(lake, HOURS - 1)
+    checks["last_published_hour_readable"] = last_hour_rows == FILES_PER_HOUR * ROWS_PER_FILE
+    upload(storage, {omitted: objects[omitted]})
+    regate = gate_manifest(lake, manifest)
+    published = publish_manifest(lake, manifest)
+    pub = lake.published(TABLE)
+    assert pub is not None
+    cache = lake.gateway.cache[TABLE]
+    checks["completed_hour_published"] = (regate.ok and published.ok and published.version == pub.version
+                                          and _hour_rows(lake, next_hour) == FILES_PER_HOUR * ROWS_PER_FILE)
+    checks["cache_records_completed_refresh"] = (cache.generation == pub.generation
+                                                 and cache.refresh_completed >= cache.refresh_started)
+    out["publish_one_hour"] = {
+        "omitted": omitted, "failed_gate": failed.to_json(), "last_hour_rows_after_reject": last_hour_rows,
+        "gate_after_fix": regate.to_json(), "published": published.to_json(),
+        "inventory_diff": {"manifest_only_before_fix": failed.gate.missing, "unexpected": failed.gate.unexpected},
+        "catalog_entry": {"table": asdict(lake.catalog.table(TABLE)),  # type: ignore[arg-type]
+                          "generation": pub.generation,
+                          "version": pub.version, "label": pub.label, "completed": pub.completed,
+                          "digest": pub.digest},
+        "cache": cache.to_json()}
+
+    # -- stale readers --------------------------------------------------------------------------------
+    stale_cached = stale_refresh.gateway.cache[TABLE]
+    stale_rows_if_trusted = (pl.scan_delta(stale_cached.location, version=stale_cached.version)
+                             .filter(pl.col("hour") == next_hour).collect().height)
+    before = stale_refresh.gateway.requests.snapshot()
+    refreshed_rows = _hour_rows(stale_refresh, next_hour)
+    refreshed = stale_refresh.gateway.cache[TABLE]
+    try:
+        _hour_rows(stale_error, next_hour)
+        error: dict[str, Any] | None = None
+    except FreshnessError as exc:
+        error = exc.to_json()
+    checks["stale_reader_refreshes_not_zero_rows"] = (refreshed_rows == FILES_PER_HOUR * ROWS_PER_FILE
+                                                      and refreshed.generation == pub.generation)
+    checks["stale_reader_error_policy_raises"] = error is not None and error["published_generation"] == pub.generation
+    out["stale_reader"] = {"cached_generation": stale_cached.generation, "published_generation": pub.generation,
+                           "rows_the_stale_file_list_would_return": stale_rows_if_trusted,
+                           "refresh_policy": {"rows": refreshed_rows, "cache": refreshed.to_json(),
+                                              "requests": stale_refresh.gateway.requests.since(before)},
+                           "error_policy": error}
+
+    # -- engines: same files, same rows; a glob sees what the catalog does not ----------------------
+    polars_hour = lake.scan(TABLE).filter(pl.col("hour") == next_hour).collect().sort(pl.all())
+    duck_all = lake.gateway.read_duckdb(TABLE)
+    duck_hour = duck_all.filter(pl.col("hour") == next_hour).sort(pl.all())
+    file_sets = lake.gateway.engine_files(TABLE)
+    checks["engines_read_same_files_and_rows"] = (not file_sets.mismatch and polars_hour.equals(duck_hour)
+                                                  and lake.read(TABLE).sort(pl.all()).equals(duck_all.sort(pl.all())))
+    stray_hour = HOURS - 1
+    stray_doc, stray_objects = produce_hour(stray_hour, "telemetry-stray", files=1, rows=ROWS_PER_FILE)
+    upload(storage, stray_objects)
+    glob = lake.gateway.glob_partition(TABLE, stray_hour)
+    stray_path = storage.uri(next(iter(stray_objects)))
+    checks["glob_unregistered_file_reported"] = glob.mismatch and glob.unexpected["duckdb_glob"] == [stray_path]
+    out["engines"] = {"version": lake.published(TABLE).version,  # type: ignore[union-attr]
+                      "file_sets": file_sets.to_json(), "hour_rows": {"polars": polars_hour.height,
+                                                                     "duckdb": duck_hour.height},
+                      "glob_over_hour": {"hour": stray_hour, **glob.to_json()}}
+
+    # -- a corrected generation replaces the hour in one commit --------------------------------------
+    old_version = pub.version
+    old_rows = lake.scan(TABLE, old_version).filter(pl.col("hour") == next_hour).collect().sort(pl.all())
+    fix, fix_objects = _publish(lake, next_hour, f"telemetry-{next_hour + 2}", FILES_PER_HOUR, corrected=True)
+    upload(storage, fix_objects)
+    corrected = publish_manifest(lake, fix)
+    new_rows = _hour_rows_frame(stale_refresh, next_hour)
+    new_files = [f.path for f in lake.gateway.cache[TABLE].files if f.path.startswith(f"hour={next_hour:02d}/")]
+    changed = old_rows.join(new_rows, on=["sensor_id", "ts_ms", "reading"], how="anti").height
+    checks["correction_one_commit"] = (corrected.ok and corrected.version == old_version + 1
+                                       and sorted(corrected.removed) == sorted(objects)
+                                       and sorted(corrected.added) == sorted(fix_objects))
+    checks["readers_move_as_unit"] = (sorted(new_files) == sorted(fix_objects) and changed == 1
+                                      and new_rows.height == old_rows.height
+                                      and lake.scan(TABLE, old_version).filter(pl.col("hour") == next_hour)
+                                      .collect().sort(pl.all()).equals(old_rows))
+    checks["old_generation_retained"] = all(storage.exists(p) for p in objects)
+    glob_corrected = lake.gateway.glob_partition(TABLE, next_hour)
+    out["correction"] = {"published": corrected.to_json(), "records_changed": changed,
+                         "glob_over_corrected_hour": glob_corrected.to_json()}
+
+    # -- the table location changes while caches name the old one ------------------------------------
+    for reader in (stale_refresh, stale_error):
+        reader.gateway.refresh(TABLE)
+    old_location = lake.table_uri(TABLE)
+    new_location = str(root / "telemetry-relocated")
+    os.rename(old_location, new_location)
+    lake.catalog.set_location(TABLE, new_location)
+    relocated_rows = _hour_rows(stale_refresh, next_hour)
+    try:
+        _hour_rows(stale_error, next_hour)
+        location_error: dict[str, Any] | None = None
+    except FreshnessError as exc:
+        location_error = exc.to_json()
+    checks["location_change_refreshed"] = (stale_refresh.gateway.cache[TABLE].location == new_location
+                                           and relocated_rows == FILES_PER_HOUR * ROWS_PER_FILE)
+    checks["location_change_error_policy_raises"] = (location_error is not None
+                                                     and location_error["cached_location"] == old_location
+                                                     and location_error["location"] == new_location)
+    out["location_change"] = {"old": old_location, "new": new_location, "old_exists": os.path.exists(old_location),
+                              "refresh_policy": {"rows": relocated_rows,
+                                                 "cache": stale_refresh.gateway.cache[TABLE].to_json()},
+                              "error_policy": location_error}
+
+    # -- p95 planning time and request counts --------------------------------------------------------
+    out["planning"] = _planning_runs(lake, max(runs, 20))
+    checks["p95_over_at_least_20_runs"] = out["planning"]["pruned_warm_cache"]["runs"] >= 20
+    out["requests_total"] = {"publisher": lake.gateway.requests.snapshot(),
+                             "stale_refresh_reader": stale_refresh.gateway.requests.snapshot()}
+    return {"passed": all(checks.values()), "checks": checks, **out}
+
+
+def _hour_rows_frame(lake: Lake, hour: int) -> pl.DataFrame:
+    return lake.scan(TABLE).filter(pl.col("hour") == hour).collect().sort(pl.all())

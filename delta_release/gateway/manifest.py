@@ -1,0 +1,265 @@
+"""Producer manifests for external partitions: parse, validate paths, and gate them against storage.
+
+A manifest names one partition of an external table, a producer generation and the files of that
+generation (paths relative to the table root, sizes, record counts, sha256). Anything that is not a
+well-formed manifest (bad JSON, unknown keys, absolute paths, `..`, a path outside the partition
+directory, a link leaving the table root) is an `InputError` naming the file and the dotted key. The
+gate proper compares the manifest with the object inventory of the partition and reports mismatches as
+values: `missing`, `unexpected`, `size_mismatch`, `count_mismatch`, `checksum_mismatch`,
+`schema_mismatch`. Files of earlier generations that were registered before are retained, not unexpected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import _delta
+from ..errors import InputError
+from ..publish.candidate import file_stats
+from ..storage import Storage
+from ..tables import TableDef
+
+if TYPE_CHECKING:
+    from ..lake import Lake
+
+_KEYS = {"table", "partition", "generation", "files"}
+_FILE_KEYS = {"path", "size_bytes", "records", "sha256"}
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]*\.parquet$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestFile:
+    path: str
+    size_bytes: int
+    records: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest:
+    source: str
+    table: str
+    column: str
+    value: int
+    generation: str
+    files: tuple[ManifestFile, ...]
+
+    @property
+    def directory(self) -> str:
+        return partition_directory(self.column, self.value)
+
+    def digest(self) -> str:
+        doc = {"table": self.table, "partition": {self.column: self.value}, "generation": self.generation,
+               "files": [[f.path, f.size_bytes, f.records, f.sha256] for f in self.files]}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def partition_directory(column: str, value: int) -> str:
+    """The one spelling of an hour directory: `hour=09`. Polars' hive parsing reads `09` as 9."""
+    return f"{column}={value:02d}"
+
+
+def _bad(source: str, key: str, what: str) -> InputError:
+    return InputError(f"manifest {source}: {key} {what}", file=source, key=key)
+
+
+def _int(doc: dict[str, Any], key: str, source: str, dotted: str) -> int:
+    value = doc.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _bad(source, dotted, f"must be an integer >= 0, found {value!r}")
+    return value
+
+
+def check_path(path: Any, *, directory: str, source: str, key: str) -> str:
+    """A manifest path must be `<partition dir>/<file>.parquet`, relative, with no `..` and no tricks."""
+    if not isinstance(path, str) or not path:
+        raise _bad(source, key, f"must be a non-empty string, found {path!r}")
+    if path.startswith(("/", "\\")) or "://" in path or re.match(r"^[A-Za-z]:", path):
+        raise _bad(source, key, f"{path!r} is absolute; paths are relative to the table root")
+    parts = path.split("/")
+    if ".." in parts or "\\" in path:
+        raise _bad(source, key, f"{path!r} leaves the table root")
+    if len(parts) != 2 or parts[0] != directory or not _NAME.match(parts[1]):
+        raise _bad(source, key, f"{path!r} is not a parquet file directly under {directory}/")
+    return path
+
+
+def parse_manifest(doc: Any, *, source: str, tables: dict[str, TableDef]) -> Manifest:
+    if not isinstance(doc, dict):
+        raise InputError(f"manifest {source}: must be a JSON object", file=source)
+    for key in doc:
+        if key not in _KEYS:
+            raise _bad(source, str(key), "is not a manifest key")
+    for key in sorted(_KEYS - set(doc)):
+        raise _bad(source, key, "is missing")
+    name = doc["table"]
+    tdef = tables.get(name) if isinstance(name, str) else None
+    if tdef is None or tdef.kind != "external":
+        raise _bad(source, "table", f"{name!r} is not an external table")
+    part = doc["partition"]
+    if not isinstance(part, dict) or set(part) != {tdef.partition}:
+        raise _bad(source, "partition", f"must be {{\"{tdef.partition}\": <int>}}, found {part!r}")
+    value = _int(part, tdef.partition, source, f"partition.{tdef.partition}")
+    generation = doc["generation"]
+    if not isinstance(generation, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", generation):
+        raise _bad(source, "generation", f"must be a short name of letters, digits, '.', '_', '-': {generation!r}")
+    directory = partition_directory(tdef.partition, value)
+    raw_files = doc["files"]
+    if not isinstance(raw_files, list) or not raw_files:
+        raise _bad(source, "files", "must be a non-empty list")
+    files: list[ManifestFile] = []
+    seen: set[str] = set()
+    for i, f in enumerate(raw_files):
+        key = f"files[{i}]"
+        if not isinstance(f, dict):
+            raise _bad(source, key, "must be an object")
+        for k in f:
+            if k not in _FILE_KEYS:
+                raise _bad(source, f"{key}.{k}", "is not a file key")
+        for k in sorted(_FILE_KEYS - set(f)):
+            raise _bad(source, f"{key}.{k}", "is missing")
+        path = check_path(f["path"], directory=directory, source=source, key=f"{key}.path")
+        if path in seen:
+            raise _bad(source, f"{key}.path", f"{path!r} is listed twice")
+        seen.add(path)
+        sha = f["sha256"]
+        if not isinstance(sha, str) or not _SHA.match(sha):
+            raise _bad(source, f"{key}.sha256", "must be 64 lower-case hex digits")
+        files.append(ManifestFile(path=path, size_bytes=_int(f, "size_bytes", source, f"{key}.size_bytes"),
+                                  records=_int(f, "records", source, f"{key}.records"), sha256=sha))
+    return Manifest(source=source, table=tdef.name, column=tdef.partition, value=value, generation=generation,
+                    files=tuple(files))
+
+
+def load_manifest(path: str | os.PathLike[str], tables: dict[str, TableDef]) -> Manifest:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"manifest not found: {p}", file=str(p))
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"manifest {p}: not valid JSON ({exc})", file=str(p)) from exc
+    return parse_manifest(doc, source=str(p), tables=tables)
+
+
+@dataclass(slots=True, kw_only=True)
+class GateReport:
+    table: str
+    partition: dict[str, int]
+    generation: str
+    files: int
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    size_mismatch: list[str] = field(default_factory=list)
+    count_mismatch: list[str] = field(default_factory=list)
+    checksum_mismatch: list[str] = field(default_factory=list)
+    schema_mismatch: list[str] = field(default_factory=list)
+    retained: list[str] = field(default_factory=list)  # earlier generations' registered files, kept
+    inventory: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, list[str]] = field(default_factory=dict)
+    stats: dict[str, str] = field(default_factory=dict)  # path -> Delta stats JSON, for the commit
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.size_mismatch or self.count_mismatch
+                    or self.checksum_mismatch or self.schema_mismatch)
+
+    def note(self, kind: list[str], path: str, detail: str) -> None:
+        if path not in kind:
+            kind.append(path)
+        self.details.setdefault(path, []).append(detail)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "table": self.table, "partition": self.partition, "generation": self.generation,
+                "files": self.files, "missing": self.missing, "unexpected": self.unexpected,
+                "size_mismatch": self.size_mismatch, "count_mismatch": self.count_mismatch,
+                "checksum_mismatch": self.checksum_mismatch, "schema_mismatch": self.schema_mismatch,
+                "retained": self.retained, "inventory": self.inventory, "details": self.details}
+
+
+def registered_files(lake: Lake, table: str) -> dict[str, str | None]:
+    """Every file any version of `table` ever registered through us: path -> sha256 recorded for it."""
+    uri = lake.table_uri(table)
+    if lake.latest_version(table) is None:
+        return {}
+    out: dict[str, str | None] = {}
+    for entry in _delta.history(uri, lake.options):
+        for f in (entry["evidence"] or {}).get("files", []):
+            out.setdefault(f["path"], f.get("sha256"))
+    return out
+
+
+def _check_links(storage: Storage, manifest: Manifest, paths: list[str]) -> None:
+    """On local disk, refuse a partition directory or file that is a link leaving the table root."""
+    if not storage.is_local:
+        return
+    root = os.path.realpath(storage.local_path())
+    for rel in [manifest.directory, *paths]:
+        full = storage.local_path(rel)
+        if not os.path.lexists(full):
+            continue
+        real = os.path.realpath(full)
+        if real != root and not real.startswith(root + os.sep):
+            raise InputError(f"manifest {manifest.source}: {rel} is a link that leaves the table root (-> {real})",
+                             file=manifest.source, path=rel)
+
+
+def gate_manifest(lake: Lake, manifest: Manifest) -> GateReport:
+    """Compare the manifest with the partition's object inventory; nothing is registered here."""
+    tdef = lake.table_def(manifest.table)
+    storage = lake.table_storage(manifest.table)
+    inventory = {o.path: o.size for o in storage.list(manifest.directory)}
+    lake.gateway.requests.object_lists += 1
+    _check_links(storage, manifest, [f.path for f in manifest.files] + sorted(inventory))
+    known = registered_files(lake, manifest.table)
+    report = GateReport(table=manifest.table, partition={manifest.column: manifest.value},
+                        generation=manifest.generation, files=len(manifest.files),
+                        inventory=[{"path": p, "size": s} for p, s in sorted(inventory.items())])
+    listed = {f.path for f in manifest.files}
+    for path in sorted(set(inventory) - listed):
+        if path in known:
+            report.retained.append(path)
+        else:
+            report.note(report.unexpected, path, "on storage but not in the manifest, and never registered")
+    expected_schema = tdef.file_schema()
+    for f in manifest.files:
+        if f.path not in inventory:
+            report.note(report.missing, f.path, "not on storage")
+            continue
+        if inventory[f.path] != f.size_bytes:
+            report.note(report.size_mismatch, f.path, f"expected {f.size_bytes} bytes, found {inventory[f.path]}")
+        data = storage.read_bytes(f.path)
+        lake.gateway.requests.object_reads += 1
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != f.sha256:
+            report.note(report.checksum_mismatch, f.path, f"expected sha256 {f.sha256[:16]}..., found {digest[:16]}...")
+        elif known.get(f.path) not in (None, f.sha256):
+            report.note(report.checksum_mismatch, f.path, "an immutable name registered before with other content")
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
+            report.note(report.count_mismatch, f.path, f"parquet footer cannot be read: {type(exc).__name__}")
+            continue
+        if table.num_rows != f.records:
+            report.note(report.count_mismatch, f.path, f"expected {f.records} records, found {table.num_rows}")
+        if not _same_schema(table.schema, expected_schema):
+            report.note(report.schema_mismatch, f.path, f"expected columns {expected_schema.names} with the "
+                        f"table's types, found {table.schema.names}")
+            continue
+        report.stats[f.path] = file_stats(table.cast(expected_schema))
+    return report
+
+
+def _same_schema(found: pa.Schema, expected: pa.Schema) -> bool:
+    return [(f.name, f.type) for f in found] == [(f.name, f.type) for f in expected]
