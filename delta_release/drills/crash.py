@@ -122,7 +122,7 @@ def _install_sqlite_hook() -> None:
     real_connect = sqlite3.connect
 
     def connect(*args: Any, **kw: Any) -> sqlite3.Connection:
-        con = real_connect(*args, **kw)
+        con: sqlite3.Connection = real_connect(*args, **kw)
         state = {"inserted": False}
 
         def trace(statement: str) -> None:
