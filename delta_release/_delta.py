@@ -149,8 +149,8 @@ def arrow_schema(uri: str, options: dict[str, str], version: int | None = None) 
     return pa.schema(_open(uri, options, version).schema().to_arrow())  # type: ignore[arg-type]
 
 
-def table_configuration(uri: str, options: dict[str, str]) -> dict[str, Any]:
-    handle = _open(uri, options)
+def table_configuration(uri: str, options: dict[str, str], version: int | None = None) -> dict[str, Any]:
+    handle = _open(uri, options, version)
     protocol = handle.protocol()
     return {
         "configuration": dict(handle.metadata().configuration),
@@ -159,12 +159,17 @@ def table_configuration(uri: str, options: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def add_actions_table(uri: str, options: dict[str, str], version: int) -> pa.Table:
+    """The add actions of a version, flattened: path, size_bytes, num_records, min.<col>, max.<col>, ..."""
+    return pa.table(_open(uri, options, version).get_add_actions(flatten=True))
+
+
 def is_delta_error(exc: BaseException) -> bool:
     return isinstance(exc, DeltaError)
 
 
 __all__ = [
-    "DeltaReleaseError", "FileAdd", "FileEntry", "METADATA_KEY", "arrow_schema", "commit", "create_table",
-    "file_entries", "file_uris", "history", "is_delta_error", "latest_version", "open_snapshot",
+    "DeltaReleaseError", "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
+    "create_table", "file_entries", "file_uris", "history", "is_delta_error", "latest_version", "open_snapshot",
     "partition_columns", "snapshot_entries", "table_configuration",
 ]

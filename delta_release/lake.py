@@ -147,6 +147,11 @@ class Lake:
     def scan(self, table: str = "orders", version: int | None = None, *,
              include_tombstones: bool = False) -> pl.LazyFrame:
         """A LazyFrame of the table at the published (or pinned) version, checked at the query boundary."""
+        entry = self.catalog.table(table)
+        if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
+            from .register import scan_registered
+
+            return scan_registered(self, table, version)
         return self.gateway.scan(table, version, include_tombstones=include_tombstones)
 
     def read(self, table: str = "orders", version: int | None = None) -> pl.DataFrame:

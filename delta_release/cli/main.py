@@ -11,6 +11,7 @@ from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
 from .orders import history, ingest, read, replay
+from .register import register
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,7 +25,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     ctx.obj = Options(lake=lake, json=as_json, debug=debug)
 
 
-for command in (ingest, replay, read, history, audit, drill, erase, rollback, vacuum, gate, publish):
+for command in (ingest, replay, read, history, audit, drill, register, erase, rollback, vacuum, gate, publish):
     cli.add_command(command)
 
 

@@ -1,0 +1,33 @@
+"""register: put an existing Delta table (written by anyone) in the catalog, after the inventory gate."""
+
+from __future__ import annotations
+
+import click
+
+from .base import Options, command_options, emit, open_lake
+
+
+@click.command()
+@click.argument("name")
+@click.argument("uri")
+@command_options
+def register(opts: Options, name: str, uri: str) -> None:
+    """Catalog the Delta table at URI as NAME once every file its latest version references is present.
+
+    Exit 3 when a referenced file is missing or has the wrong size. Files under the table root that no
+    version references are reported, not refused. Read it with `read --table NAME [--version N]`.
+    """
+    from ..register import register_table
+
+    result = register_table(open_lake(opts), name, uri).to_json()
+    reader = result["reader"]
+    how = reader["engine"] or "no installed engine (reads are refused)"
+    limits = f" (Polars cannot: {'; '.join(reader['polars_limits'])})" if reader["polars_limits"] else ""
+    lines = [f"registered {name} -> {result['location']}: version {result['version']}, generation "
+             f"{result['generation']}, {result['files']} files, {result['bytes']} bytes, "
+             f"{result['deletion_vectors']} deletion vectors",
+             f"reads go through {how}{limits}"]
+    if result["unreferenced"]:
+        lines.append(f"{len(result['unreferenced'])} files under the root that no version references:")
+        lines += [f"  {p}" for p in result["unreferenced"]]
+    emit(opts, result, "\n".join(lines))

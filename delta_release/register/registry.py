@@ -1,0 +1,62 @@
+"""`register NAME URI`: put a Delta table written by others in the catalog, after the inventory gate.
+
+The gate runs at the table's latest version before anything is written to the catalog; only a table
+that passes gets an entry (kind "registered") and a publication of that version. Registering the same
+name and location again re-runs the gate and publishes the newer version, if any: that is how a
+registered table moves forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import _delta
+from ..errors import InputError, NotFoundError
+from ..storage import Storage
+from .inventory import InventoryReport, check_inventory
+from .reader import reader_for
+
+if TYPE_CHECKING:
+    from ..lake import Lake
+
+KIND = "registered"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registration:
+    table: str
+    location: str
+    version: int
+    generation: int
+    inventory: InventoryReport
+    reader: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "kind": KIND, "location": self.location, "version": self.version,
+                "generation": self.generation, **{k: v for k, v in self.inventory.to_json().items()
+                                                  if k not in ("location", "version")},
+                "reader": self.reader}
+
+
+def register_table(lake: Lake, name: str, uri: str) -> Registration:
+    """Gate the table at `uri` at its latest version, then catalog and publish it as `name`."""
+    if not name or "/" in name or name.startswith(("_", ".")):
+        raise InputError(f"bad table name {name!r}", table=name)
+    storage = Storage(uri, lake.options)
+    if name in lake.tables:
+        raise InputError(f"{name} is one of the lake's own tables; register under another name", table=name)
+    existing = lake.catalog.table(name)
+    if existing is not None and (existing.kind != KIND or existing.location != storage.root):
+        raise InputError(f"table {name} is already in the catalog at {existing.location} (kind {existing.kind})",
+                         table=name, location=existing.location, kind=existing.kind)
+    version = _delta.latest_version(storage.root, lake.options)
+    if version is None:
+        raise NotFoundError(f"no Delta table at {storage.root}", uri=storage.root)
+    report = check_inventory(storage, version)
+    report.raise_for_failure(name)
+    reader = reader_for(storage, version)
+    lake.catalog.register(name, location=storage.root, kind=KIND)
+    pub = lake.publish_version(name, version, digest=report.digest)
+    return Registration(table=name, location=storage.root, version=pub.version, generation=pub.generation,
+                        inventory=report, reader=reader)
