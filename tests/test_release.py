@@ -25,6 +25,7 @@ def make_config(tmp_path: Path, **override: object) -> Path:
     doc["lake"]["uri"] = str(tmp_path / "lake")
     doc["packet"]["directory"] = str(tmp_path / "packets")
     doc["sources"]["batches"] = [str(ORDERS / n) for n in ("history.jsonl", "v2.jsonl", "v3.jsonl", "bad.jsonl")]
+    doc["sources"]["manifests"] = [str(ROOT / "fixtures" / "telemetry" / "telemetry-48.manifest.json")]
     doc["checks"]["schema_fixtures"] = {"v2": str(ORDERS / "v2.jsonl"), "v3": str(ORDERS / "v3.jsonl")}
     for dotted, value in override.items():
         node = doc
@@ -62,6 +63,8 @@ def test_release_ships_with_every_packet_field(shipped) -> None:  # type: ignore
     assert packet["counts"]["accepted"] + packet["counts"]["quarantined"] == packet["counts"]["extracted"]
     assert all(len(f["sha256"]) == 64 for f in packet["files"])
     assert packet["drills"]["conflict"]["passed"] and packet["drills"]["erasure"]["passed"]
+    assert packet["checks"]["freshness_gate"]["passed"] and packet["telemetry"][0]["published"]
+    assert any(k.startswith("telemetry hour 9") for k in packet["planning_ms"])
     assert packet["audit"]["bytes"]["scanned"] < packet["audit"]["bytes"]["full_scan"]
     assert packet["rollback_plan"]["mode"] in {"restore", "restore-older", "repair-forward"}
     assert {"retained_snapshot_bytes", "deletion_ledger_bytes", "growth_per_day_bytes"} <= set(packet["cost"])
@@ -111,6 +114,7 @@ def test_broken_v3_fixture_holds_and_publishes_nothing(tmp_path: Path) -> None:
     assert out["failed_checks"] == ["schema_fixture_v3"]
     after = dr.Lake.open(tmp_path / "lake").published("orders")
     assert after == before  # no generation beyond the last shipped one
+    assert dr.Lake.open(tmp_path / "lake").published("telemetry") is None
     # a later plain ingest does not "recover" the held commit into a publication on its own
     assert dr.Lake.open(tmp_path / "lake").recover_publication("orders") == before
 

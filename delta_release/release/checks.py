@@ -189,22 +189,48 @@ def check_audit(ctx: RunContext) -> CheckResult:
                        evidence={"fraction": r["fraction"], "threshold": ctx.config.audit.max_fraction})
 
 
-def check_freshness_gate(ctx: RunContext) -> CheckResult:
-    from ..gateway.external import publish_manifest
+def receive_manifest(lake: Lake, path: Path) -> Any:
+    """Take a producer's drop: the objects listed by the manifest, found beside it, uploaded into the table
+    under their immutable names (an existing name is never overwritten). Returns the parsed manifest."""
+    from ..gateway.external import ensure_table
     from ..gateway.manifest import load_manifest
+    from ..gateway.producer import upload
 
-    results = []
+    manifest = load_manifest(path, lake.tables)
+    ensure_table(lake, manifest.table)
+    drop = path.parent
+    objects = {f.path: (drop / f.path).read_bytes() for f in manifest.files if (drop / f.path).is_file()}
+    upload(lake.table_storage(manifest.table), objects)
+    return manifest
+
+
+def check_freshness_gate(ctx: RunContext) -> CheckResult:
+    """Every configured manifest passes the manifest-vs-inventory gate, and the gate is shown to be live:
+    the same manifest with one object that was never written must fail as `missing`."""
+    from dataclasses import replace
+
+    from ..gateway.manifest import ManifestFile, gate_manifest
+
+    reports = []
     ok = bool(ctx.config.manifests)
     for path in ctx.config.manifests:
-        manifest = load_manifest(path, ctx.lake.tables)
-        report = publish_manifest(ctx.lake, manifest)
-        results.append(report.to_json())
-        ok = ok and bool(report.to_json().get("ok"))
-    ctx.evidence["freshness"] = results
+        manifest = receive_manifest(ctx.lake, path)
+        report = gate_manifest(ctx.lake, manifest).to_json()
+        ghost = ManifestFile(path=f"{manifest.directory}/never-written-{ctx.candidate_version}.parquet",
+                             size_bytes=1, records=1, sha256="0" * 64)
+        probe = gate_manifest(ctx.lake, replace(manifest, files=(*manifest.files, ghost))).to_json()
+        live = (not probe["ok"]) and probe["missing"] == [ghost.path]
+        reports.append({"manifest": str(path), "generation": manifest.generation, "gate": report,
+                        "omitted_object_rejected": live})
+        ok = ok and bool(report["ok"]) and live
+    ctx.evidence["freshness"] = reports
     return CheckResult(name="freshness_gate", passed=ok,
-                       detail=f"{len(results)} telemetry manifests passed the manifest-vs-inventory gate" if ok
-                       else "a telemetry manifest failed the gate (or none configured)",
-                       evidence={"manifests": len(results)})
+                       detail=f"{len(reports)} telemetry manifest(s) match their inventory; a manifest with an"
+                              " omitted object is rejected" if ok
+                       else "a telemetry manifest failed the gate, the gate missed an omitted object, or no"
+                            " manifest is configured",
+                       evidence={"manifests": [{k: r[k] for k in ("manifest", "generation", "omitted_object_rejected")}
+                                               | {"ok": r["gate"]["ok"]} for r in reports]})
 
 
 CHECKS: dict[str, Callable[[RunContext], list[CheckResult]]] = {
