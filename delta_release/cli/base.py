@@ -81,7 +81,17 @@ def emit(opts: Options, payload: dict[str, Any], text: str, *, exit_code: int = 
         sys.exit(exit_code)
 
 
+S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+          "AWS_ALLOW_HTTP")
+
+
 def open_lake(opts: Options, **kw: Any) -> Any:
+    """Open the lake named by --lake. For an s3:// lake the storage options come from the standard AWS_*
+    environment variables (never from the command line, so secrets stay out of shell history)."""
+    import os
+
     from ..lake import Lake
 
+    if opts.lake.startswith("s3://") and "storage_options" not in kw:
+        kw["storage_options"] = {k: os.environ[k] for k in S3_ENV if k in os.environ}
     return Lake.open(opts.lake, **kw)
