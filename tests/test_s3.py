@@ -154,3 +154,18 @@ def test_erase_on_s3(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
     lake.replay(all_batches=True)
     assert [r["order_id"] for r in rows(lake)] == ["ord-keep"]
     assert lake.quarantine.rows().filter(pl.col("raw").str.contains("ord-gone")).height == 0
+
+
+def test_cli_reaches_an_s3_lake_through_aws_environment(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
+    import os
+
+    bucket = s3server.new_bucket()
+    env = {**os.environ, **s3server.options, "DELTA_RELEASE_CATALOG": str(tmp_path / "catalog.sqlite")}
+    lake_uri = f"s3://{bucket}/lake"
+    base = [sys.executable, "-m", "delta_release", "--lake", lake_uri, "--json"]
+    out = subprocess.run([*base, "ingest", str(ORDERS / "v3.jsonl")], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["version"] == 1
+    read = subprocess.run([*base, "read"], env=env, capture_output=True, text=True, check=True)
+    assert len(json.loads(read.stdout)["rows"]) > 0
+    assert s3server.options["AWS_SECRET_ACCESS_KEY"] not in out.stdout + out.stderr + read.stdout
