@@ -30,7 +30,7 @@ def _polars(jobs: list[dict[str, Any]], emit: Any) -> None:
 
     for job in jobs:
         def read(job: dict[str, Any] = job) -> Any:
-            lf = pl.scan_delta(job["uri"], version=job["version"])
+            lf = pl.scan_delta(job["uri"], version=job["version"], storage_options=job.get("storage_options"))
             if job.get("sql"):
                 return pl.SQLContext(t=lf).execute(job["sql"]).collect().to_arrow()
             return lf.collect().to_arrow()
@@ -137,13 +137,18 @@ class EngineRun:
         return pq.read_table(self.outdir / f"{job_id}.parquet")
 
 
-def run_engine(engine: str, jobs: list[dict[str, Any]], workdir: Path, timeout: float | None = None) -> EngineRun:
-    """Run one engine over all jobs in a fresh interpreter; a hang becomes a timeout, not a stuck suite."""
+def run_engine(engine: str, jobs: list[dict[str, Any]], workdir: Path, timeout: float | None = None,
+               env: dict[str, str] | None = None) -> EngineRun:
+    """Run one engine over all jobs in a fresh interpreter; a hang becomes a timeout, not a stuck suite.
+
+    `env` is added to the child's environment (Sail takes its S3 endpoint and keys from there)."""
     workdir.mkdir(parents=True, exist_ok=True)
     jobs_file = workdir / f"{engine}-jobs.json"
+    if engine == "duckdb" and any("://" in str(j["uri"]) for j in jobs):
+        raise ValueError("the DuckDB witness reads local tables (object stores need duckdb-ext-httpfs)")
     jobs_file.write_text(json.dumps(jobs))
     outdir = workdir / engine
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
     started = time.perf_counter()
     error = ""
     installed = True
