@@ -254,3 +254,13 @@ def test_every_spark_version_matches_duckdbs_own_log_replay(lake: dr.Lake, tmp_p
         theirs = read_duckdb_delta(str(table), version)
         assert ours.height == count
         assert ours.sort(ours.columns).equals(theirs.select(ours.columns).cast(dict(ours.schema)).sort(ours.columns))
+
+
+@pytest.mark.parametrize("engine", ["polars", "duckdb"])
+def test_read_cli_reports_the_engine_that_read_a_registered_table(tmp_path: Path, engine: str) -> None:
+    code, _ = invoke(tmp_path / "lake", "register", "edge", str(copy("table_with_edge_timestamps", tmp_path)))
+    assert code == 0
+    code, out = invoke(tmp_path / "lake", "read", "--table", "edge", "--engine", engine)
+    assert code == 0, out
+    assert out["engine"] == "duckdb-delta"  # Polars would read 9999-12-31 as 2262-04-11, so DuckDB answers
+    assert not any("2262" in json.dumps(r, default=str) for r in out["rows"])

@@ -50,7 +50,12 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
     """Current rows (tombstones and erased subjects never shown)."""
     lake = open_lake(opts)
     _, resolved = lake.gateway.resolve(table, version)
-    if engine == "duckdb":
+    entry = lake.catalog.table(table)
+    if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
+        from ..register.reader import read_registered
+
+        frame, engine = read_registered(lake, table, resolved, engine=engine)
+    elif engine == "duckdb":
         frame = lake.gateway.read_duckdb(table, resolved)
     else:
         frame = lake.scan(table, resolved).collect()

@@ -141,3 +141,21 @@ def reader_for(storage: Storage, version: int) -> dict[str, Any]:
     reasons = polars_limits(storage, version)
     engine = "polars" if not reasons else ("duckdb-delta" if duckdb_delta_available() else None)
     return {"engine": engine, "polars_limits": reasons}
+
+
+def read_registered(lake: Lake, table: str, version: int | None, *, engine: str) -> tuple[pl.DataFrame, str]:
+    """Read a registered table with the engine asked for; returns the rows and the engine that read them.
+
+    `polars` may still be answered by DuckDB's delta extension where Polars would be wrong (the reasons are
+    in `reader_for`); `duckdb` always reads through DuckDB's delta extension, after the same checks.
+    """
+    uri, version = lake.gateway.resolve(table, version)
+    storage = Storage(uri, lake.options)
+    if engine == "duckdb":
+        check_inventory(storage, version, unreferenced=False).raise_for_failure(table)
+        if not duckdb_delta_available():
+            raise InputError("the duckdb engine for registered tables needs the duckdb-ext-delta wheel"
+                             " (pip install '.[interop]')", table=table)
+        return read_duckdb_delta(uri, version), "duckdb-delta"
+    used = reader_for(storage, version)["engine"] or "polars"
+    return scan_registered(lake, table, version).collect(), used
