@@ -81,6 +81,8 @@ class Lake:
             entry = self.catalog.table(name)
             if entry is None:
                 raise NotFoundError(f"unknown table {name!r}", table=name)
+            raise InputError(f"table {name!r} is {entry.kind} (written by others): it has no table definition",
+                             table=name, kind=entry.kind)
         return self.tables[name]
 
     def table_uri(self, name: str) -> str:
@@ -128,8 +130,8 @@ class Lake:
         if latest is None or (current is not None and current.version >= latest):
             return current
         entry = _delta.history(self.table_uri(name), self.options, 1)[0]
-        if entry["evidence"] is None:
-            return current
+        if entry["evidence"] is None or entry["evidence"].get("publication") == "deferred":
+            return current  # not ours, or a release run's commit that waits for its ship decision
         return self.publish_version(name, latest, digest=str(entry["evidence"].get("digest", "")))
 
     # -- the user's verbs ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
 from .orders import history, ingest, read, replay
 from .register import register
+from .release import run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,7 +26,8 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     ctx.obj = Options(lake=lake, json=as_json, debug=debug)
 
 
-for command in (ingest, replay, read, history, audit, drill, register, erase, rollback, vacuum, gate, publish):
+for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
+                vacuum, run):
     cli.add_command(command)
 
 
