@@ -84,7 +84,7 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
         for a in adds
     ]
     actions += [
-        RemoveAction(path=r.path, data_change=True, deletion_timestamp=now or None, size=r.size,
+        RemoveAction(path=r.path, data_change=True, deletion_timestamp=now, size=r.size,
                      partition_values={k: None if v is None else str(v)
                                        for k, v in r.partition_values.items()})
         for r in removes

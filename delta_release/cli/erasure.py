@@ -72,9 +72,10 @@ def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_version
                                     replay_horizon_hours=replay_horizon_hours,
                                     orphan_grace_hours=orphan_grace_hours).to_json()
     verb = "removed" if apply else "would remove"
+    by_reason = ", ".join(f"{k}={v}" for k, v in report["removed_by_reason"].items())
     lines = [f"{table}: {verb} {len(report['removed'])} file(s), {report['bytes_removed']} bytes"
-             f" {report['removed_by_reason'] or ''}; kept {len(report['kept'])} old file(s) and"
-             f" {report['kept_current']} current"]
+             + (f" ({by_reason})" if by_reason else "")
+             + f"; kept {len(report['kept'])} old file(s) and {report['kept_current']} current"]
     lines += [f"  {verb}: {r['path']} ({r['reason']})" for r in report["removed"]]
     lines += [f"  kept: {k['path']} ({k['reason']})" for k in report["kept"]]
     if not apply:

@@ -69,11 +69,17 @@ def _files_with_id(root: Path, needle: bytes, *, skip: tuple[str, ...]) -> list[
     return hits
 
 
+def _published(lake: Lake) -> int:
+    pub = lake.published("orders")
+    assert pub is not None
+    return pub.version
+
+
 def run_erasure_drill(uri: str) -> dict[str, Any]:
     path = prepare_scratch(uri)
     lake = Lake.open(path)
     ingested = [lake.ingest(b).version for b in BATCHES]
-    before = lake.published("orders").version  # the last version before the erasure (holds a tombstone)
+    before = _published(lake)  # the last version before the erasure (holds a tombstone)
     others_before = sorted(set(lake.read(version=before)["order_id"].to_list()) - {SUBJECT})
     erased = lake.erase(SUBJECT)
     after_erase = _visible(lake)
@@ -82,21 +88,21 @@ def run_erasure_drill(uri: str) -> dict[str, Any]:
     newer = lake.ingest(_line(SUBJECT, 1000, amount=1, day=50) + _line("ord-93", 1001, day=50))
     quarantined = lake.quarantine.rows(newer.batch_id).filter(pl.col("reason") == "erased_subject")
     after_newer = _visible(lake)
-    published = lake.published("orders").version
+    published = _published(lake)
     pinned = _refused(lambda: lake.read(version=before))
     rollback = _refused(lambda: lake.rollback(before))
-    unchanged = lake.published("orders").version == published
+    unchanged = _published(lake) == published
     repaired = lake.rollback(before, repair_forward=True)
     repaired_rows = sorted(lake.read()["order_id"].to_list())
     after_repair = _visible(lake)
     vacuum = lake.vacuum(apply=True, retain_versions=3, replay_horizon_hours=0, orphan_grace_hours=0)
-    retained_read = {}
+    retained_read: dict[str, Any] = {}
     for v in sorted(vacuum.needed_versions):
         try:
-            retained_read[v] = SUBJECT not in lake.read(version=v)["order_id"].to_list()
+            retained_read[str(v)] = SUBJECT not in lake.read(version=v)["order_id"].to_list()
         except Exception as exc:  # noqa: BLE001 - a retained snapshot that cannot be read fails the drill
-            retained_read[v] = False
-            retained_read[f"{v}_error"] = type(exc).__name__  # type: ignore[index]
+            retained_read[str(v)] = False
+            retained_read[f"{v}_error"] = type(exc).__name__
     leftovers = _files_with_id(path / "orders", SUBJECT.encode(), skip=("_delta_log",))
     plain_id_files = _files_with_id(path, SUBJECT.encode(), skip=("_raw/",))
 
@@ -123,7 +129,7 @@ def run_erasure_drill(uri: str) -> dict[str, Any]:
         "pinned_read": pinned, "rollback": rollback, "repair_forward": repaired.to_json(),
         "vacuum": {"removed_by_reason": vacuum.to_json()["removed_by_reason"],
                    "needed_versions": vacuum.to_json()["needed_versions"],
-                   "retained_snapshots_read": {str(k): v for k, v in retained_read.items()},
+                   "retained_snapshots_read": retained_read,
                    "files_holding_subject": leftovers},
         "files_with_plain_id_outside_raw": plain_id_files,
     }

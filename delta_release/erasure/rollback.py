@@ -150,10 +150,11 @@ def rollback(lake: Lake, to: int, *, repair_forward: bool = False, table: str = 
             removes = [e for p, e in sorted(current.items()) if p not in keep_paths]
             adds = [a for a, _ in readds] + ([f.to_add() for f in candidate.files] if candidate else [])
             files_ev = [ev for _, ev in readds] + ([f.public() for f in candidate.files] if candidate else [])
-            evidence = {"operation": "rollback" if mode == "restore" else "repair-forward", "table": table,
-                        "parent": parent, "restored_to": to, "batch_ids": [], "files": files_ev,
-                        "removed": [r.path for r in removes], "rows_dropped": report.rows_dropped,
-                        "erased_subjects": len(exposing)}
+            operation = "rollback" if mode == "restore" else "repair-forward"
+            evidence: dict[str, Any] = {
+                "operation": operation, "table": table, "parent": parent, "restored_to": to, "batch_ids": [],
+                "files": files_ev, "removed": [r.path for r in removes], "rows_dropped": report.rows_dropped,
+                "erased_subjects": len(exposing)}
             evidence["digest"] = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
             version = _delta.commit(uri, lake.options, table=table, parent=parent, adds=adds, removes=removes,
                                     evidence=evidence, partition_by=[pcol])
