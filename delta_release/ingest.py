@@ -78,7 +78,11 @@ def _forget_erased(lake: Lake, rejects: list[Reject]) -> list[Reject]:
     erased = lake.erasures.erased_subjects()
     if not erased:
         return rejects
-    return [replace(r, raw=None) if r.order_id and lake.erasures.subject_key(r.order_id) in erased else r
+    from .erasure.text import names_erased_subject
+
+    key = lake.erasures.subject_key
+    return [replace(r, raw=None) if (r.order_id and key(r.order_id) in erased) or (
+                r.order_id is None and r.raw is not None and names_erased_subject(r.raw, erased, key)) else r
             for r in rejects]
 
 

@@ -240,10 +240,15 @@ def test_no_plain_id_in_any_file_we_write(history_lake: dr.Lake, tmp_path: Path)
     Delta log; after vacuum not even the table directory."""
     lake = history_lake
     lake.ingest(jsonl([{**up(SUBJECT, 35), "amount_cents": "7350"}]))  # a rejected line naming the subject
+    broken = b'{"schema_version": 2, "order_id": "' + SUBJECT.encode() + b'", "position": 36\n'
+    lake.ingest(broken + jsonl([up("keep", 37)]))  # unparseable: its subject is unknown, its text is kept
     root = tmp_path / "lake"
     needle = SUBJECT.encode()
     assert files_with_bytes(root, needle, skip=("_raw/",))  # before: data files (and quarantine) hold it
+    assert files_with_bytes(root, needle, skip=("_raw/", "orders/"))  # the quarantine holds it
     report = lake.erase(SUBJECT)
+    assert report.quarantine_scrubbed == 2
+    assert lake.quarantine.rows().filter(pl.col("raw").is_not_null()).height == 0
     lake.replay(all_batches=True)
     lake.ingest(jsonl([up(SUBJECT, 2000)]))
     # only the old data files still hold it, and they are exactly the ones reported as pending
@@ -283,3 +288,17 @@ def test_second_engine_never_returns_the_subject(history_lake: dr.Lake) -> None:
     assert SUBJECT not in read_duckdb("orders", include_tombstones=True)["order_id"].to_list()
     with pytest.raises(ErasureExposureError):
         read_duckdb("orders", 3)
+
+
+def test_broken_lines_naming_an_erased_subject_keep_no_raw_text_on_replay(lake: dr.Lake) -> None:
+    from delta_release.erasure.text import names_erased_subject
+
+    lake.erase(SUBJECT)
+    erased, key = lake.erasures.erased_subjects(), lake.erasures.subject_key
+    escaped = '{"order_id": "ord-\\u0073ubject-47", "position": '   # the id written with a JSON escape
+    assert names_erased_subject(escaped, erased, key)
+    assert not names_erased_subject('{"order_id": "ord-other", "position": ', erased, key)
+    batch = escaped.encode() + b"\n" + b'{"order_id": "ord-other", "position": \n' + jsonl([up("a", 1)])
+    for report in (lake.ingest(batch), *lake.replay(all_batches=True)):
+        raws = lake.quarantine.rows(report.batch_id).sort("line")["raw"].to_list()
+        assert raws[0] is None and raws[1] is not None and "ord-other" in raws[1]
