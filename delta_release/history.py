@@ -18,9 +18,10 @@ def table_history(lake: Lake, table: str) -> list[dict[str, Any]]:
     for pub in lake.catalog.publications(table):
         generations.setdefault(pub.version, []).append(pub.generation)
     out = []
+    erasures = lake.erasures.entries()
     for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
         ev = entry["evidence"] or {}
-        exposing = exposing_entries(lake, table, entry["version"])
+        exposing = exposing_entries(lake, table, entry["version"], entries=erasures)
         row = {
             "version": entry["version"],
             "timestamp": entry["timestamp"],

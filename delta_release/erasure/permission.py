@@ -43,11 +43,13 @@ def subjects_in_version(lake: Lake, table: str, version: int, subjects: frozense
     return _SCAN_CACHE[cache_key]
 
 
-def exposing_entries(lake: Lake, table: str, version: int) -> list[ErasureEntry]:
-    """The erasure entries whose subject `version` of `table` still holds."""
+def exposing_entries(lake: Lake, table: str, version: int, *,
+                     entries: list[ErasureEntry] | None = None) -> list[ErasureEntry]:
+    """The erasure entries whose subject `version` of `table` still holds (`entries`: the ledger, when
+    the caller already read it)."""
     if _keyed_table(lake, table) is None:
         return []
-    entries = [e for e in lake.erasures.entries() if e.table == table]
+    entries = [e for e in (lake.erasures.entries() if entries is None else entries) if e.table == table]
     out = [e for e in entries if e.done and e.holds(version)]
     pending = frozenset(e.subject for e in entries if not e.done)
     if pending:
