@@ -53,7 +53,7 @@ SCALES = {
                    files_per_hour=4, repeats=3, iceberg_timeout=300),
     "full": Scale(name="full", rows=5_000_000, memory_rows=(1_000_000, 5_000_000), days=365, touched_days=5,
                   batch=100_000, decode_lines=1_000_000, gate_files=(1_000, 10_000, 100_000), gate_main=10_000,
-                  hours=48, files_per_hour=4, repeats=3, iceberg_timeout=900),
+                  hours=48, files_per_hour=4, repeats=3, iceberg_timeout=300),
 }
 
 

@@ -1,9 +1,12 @@
 """Deterministic benchmark data under benchmarks/data/<scale>/ (git-ignored), built once and reused.
 
 Orders: every day holds the same number of orders (`per_day`), so the 1M- and 5M-row tables used for the
-memory comparison differ only in how many *untouched* days they hold; the touched partitions and the batch
-are identical. Positions: base rows 10,000,000 + row index; the batch's fresh events 1,000,000,000 + line;
-its stale events (which every contender must ignore) small unique positions below every stored position.
+memory comparison differ only in how many *untouched* days they hold; the batch is identical and the touched
+partitions have the same orders and sizes (amounts and the ~1% pre-existing tombstones are drawn per table,
+so a handful of values differ).
+
+Positions: base rows 10,000,000 + row index; the batch's fresh events 1,000,000,000 + line; its stale
+events (which every contender must ignore) small unique positions below every stored position.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def base_frame(scale: Scale, days: int) -> pl.DataFrame:
     """`days` x `per_day` orders, sorted by (event_day, order_id); about 1% already tombstoned."""
     n_day = per_day(scale)
     total = days * n_day
-    rng = np.random.default_rng(scale.seed)  # same seed: a smaller table is a prefix of a larger one
+    rng = np.random.default_rng(scale.seed)
     amount = rng.integers(100, 1_000_000, total)
     currency = CURRENCIES[rng.integers(0, len(CURRENCIES), total)]
     deleted = rng.random(total) < 0.01
@@ -193,7 +196,7 @@ def build_iceberg(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
 
 def _stamp(path: Path, params: dict[str, Any]) -> bool:
     stamp = path / ".built.json"
-    return stamp.exists() and json.loads(stamp.read_text()) == params
+    return stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(params, sort_keys=True))
 
 
 def _done(path: Path, params: dict[str, Any]) -> None:
@@ -206,7 +209,8 @@ def ensure(scale: Scale, kinds: tuple[str, ...] = ("ours", "delta", "iceberg"), 
     root.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"root": root, "touched_days": touched_days(scale), "per_day": per_day(scale),
                             "tables": {}}
-    params = {"scale": scale.to_json(), "format": 3}
+    data_fields = ("rows", "memory_rows", "days", "touched_days", "batch", "seed")
+    params = {"scale": {k: v for k, v in scale.to_json().items() if k in data_fields}, "format": 3}
     batch_dir = root / "batch"
     if not _stamp(batch_dir, params):
         shutil.rmtree(batch_dir, ignore_errors=True)

@@ -30,6 +30,10 @@ def apply_rows(sec: dict[str, Any]) -> list[Row]:
             rows.append(("apply", label, "failed: " + str(r.get("error"))[:60], "", ""))
             continue
         fig = f"{_fmt_s(r['seconds'])} (runs {', '.join(f'{x:.2f}' for x in r['runs'])})"
+        if name == "ours" and r.get("phases"):
+            ph = r["phases"]
+            fig += (f"; of which decode {ph.get('decode', 0):.2f} s, parent reads "
+                    f"{ph.get('apply: read parent rows', 0):.2f} s (the others get the batch pre-decoded)")
         ratio = target = ""
         if ours_s and name != "ours":
             if name == "pyiceberg":
@@ -62,10 +66,32 @@ def apply_rows(sec: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def engines_rows(sec: dict[str, Any]) -> list[Row]:
+    """Rows from bench_engines.py's printed table (engine, rows, cold s, read s, x polars, agg cold, agg s,
+    x polars, same); its own output is kept verbatim in results.json."""
+    if "stdout" not in sec:
+        return [tuple(r) for r in sec.get("rows", [])]  # type: ignore[misc]
+    lines = sec["stdout"].splitlines()
+    out: list[Row] = []
+    head = next((i for i, ln in enumerate(lines) if ln.split()[:1] == ["engine"]), None)
+    title = lines[head - 1].strip() if head else "bench_engines.py"
+    for ln in lines[head + 1:] if head is not None else []:
+        c = ln.split()
+        if len(c) < 9:
+            continue
+        out.append(("engines", f"{c[0]}: {title}", f"read {c[3]} s (cold {c[2]} s), aggregate {c[6]} s; "
+                    f"results equal: {c[8]}", f"read x{c[4]}, agg x{c[7]} of polars", ""))
+    if not out:
+        tail = (sec["stdout"] or sec.get("stderr") or "no output").strip().splitlines()[-1:]
+        out.append(("engines", "benchmarks/bench_engines.py", f"exit {sec.get('exit')}: {' '.join(tail)[:100]}",
+                    "", ""))
+    return out
+
+
 def all_rows(results: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     secs = results["sections"]
-    builders = {"apply": apply_rows}
+    builders = {"apply": apply_rows, "engines": engines_rows}
     for name, sec in secs.items():
         if "error" in sec:
             rows.append((name, "section failed", sec["error"][:100], "", ""))
@@ -101,7 +127,12 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     if "runs" in apply:
         main = apply["runs"].get(str(apply["main_rows"]), {})
         names = [n for n, r in main.items() if r.get("ok")]
-        panels.append(("Apply: seconds (log)", names, [main[n]["seconds"] for n in names], True))
+        secs = [main[n]["seconds"] for n in names]
+        err = str(main.get("pyiceberg", {}).get("error", ""))
+        if err.startswith("timed out after"):
+            names.append(f"pyiceberg (> {err.split()[3]}, cut off)")
+            secs.append(float(err.split()[3].rstrip("s")))
+        panels.append(("Apply: seconds (log)", names, secs, True))
         sizes = apply["sizes"]
         mem = {n: [apply["runs"].get(str(s), {}).get(n, {}).get("maxrss_mb") for s in sizes] for n in names}
         panels.append(("Apply: peak RSS MiB", mem, sizes, False))
@@ -121,7 +152,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
             width = 0.8 / max(1, len(b))
             for i, size in enumerate(b):
                 vals = [a[n][i] or 0 for n in a]
-                ax.bar([j + i * width for j in range(len(a))], vals, width, label=f"{size / 1e6:g}M rows")
+                ax.bar([j + i * width for j in range(len(a))], vals, width, label=f"{size:,} rows")
             ax.set_xticks([j + width * (len(b) - 1) / 2 for j in range(len(a))], list(a), rotation=30, ha="right")
             ax.legend(fontsize=8)
         elif kind == "gate":
@@ -189,7 +220,17 @@ def details(results: dict[str, Any]) -> list[str]:
             out += ["Where our time goes (fastest run; nested: the parent-row reads are inside the plan):", "",
                     "| phase | seconds |", "|---|---|"]
             out += [f"| {k} | {v:.3f} |" for k, v in sorted(ours["phases"].items(), key=lambda kv: -kv[1])]
-            out += [f"| total (Lake.ingest) | {ours['seconds']:.3f} |", ""]
+            total = ours.get("best_seconds") or min(ours["runs"])
+            out += [f"| total (Lake.ingest, fastest run) | {total:.3f} |", ""]
+        out += ["Notes:", "",
+                "- The other contenders receive the batch already decoded as Arrow (loading it is not timed); "
+                "ours decodes the JSONL, keeps the raw batch, writes the quarantine ledger, gates and publishes "
+                "inside the timed step.",
+                "- pyiceberg `upsert` has no ordering column: the batch's stale events (3% of the events on "
+                "existing orders) overwrite newer rows, so its result differs by design. It is cut off at the "
+                "time limit shown; the ratio is then a lower bound.",
+                "- The 1M- and 5M-row tables differ only in untouched days, so growth between them is the cost "
+                "of the table's size alone.", ""]
         out += ["| table rows | contender | seconds | peak RSS MiB | RSS before the timed step | result check |",
                 "|---|---|---|---|---|---|"]
         for n in apply["sizes"]:

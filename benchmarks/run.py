@@ -82,7 +82,7 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"ok": True, "seconds": median([r["seconds"] for r in ok]), "runs": [round(r["seconds"], 4) for r in ok],
             "maxrss_mb": max(r["maxrss_mb"] for r in ok), "rss_before_mb": ok[0].get("rss_before_mb"),
             "check": ok[-1].get("check"), "detail": ok[-1].get("detail"), "phases": best.get("phases"),
-            "open_s": best.get("open_s")}
+            "open_s": best.get("open_s"), "best_seconds": best["seconds"]}
 
 
 # -- 2. decode --------------------------------------------------------------------------------------------
@@ -246,29 +246,17 @@ def bench_planning(scale: Scale, skip: set[str]) -> dict[str, Any]:
 # -- engines (benchmarks/bench_engines.py, owned by the interop engineer) -------------------------------------
 
 def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    """Run the interop engineer's script as it is and keep its output; report.py turns it into rows."""
     path = BENCH / "bench_engines.py"
     if not path.exists():
         return {"rows": [("engines", "benchmarks/bench_engines.py", "not present in this tree", "", "")]}
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(path), "--scale", scale.name], cwd=BENCH.parent, capture_output=True,
-                          text=True, timeout=1800)
-    if proc.returncode != 0 and "--scale" in proc.stderr:
-        proc = subprocess.run([sys.executable, str(path)], cwd=BENCH.parent, capture_output=True, text=True,
-                              timeout=1800)
-    text = proc.stdout.strip()
-    rows = []
-    try:
-        doc = json.loads(text.splitlines()[-1]) if text else None
-    except (json.JSONDecodeError, IndexError):
-        doc = None
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            rows.append(("engines", str(k), json.dumps(v)[:120], "", ""))
-    else:
-        tail = text.splitlines()[-1] if text else (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        rows.append(("engines", "benchmarks/bench_engines.py", f"exit {proc.returncode}: {tail[:120]}", "", ""))
-    return {"rows": rows, "stdout": text[-4000:], "exit": proc.returncode}
+    cmd = [sys.executable, str(path), "--rows", str(scale.rows)]
+    proc = subprocess.run(cmd, cwd=BENCH.parent, capture_output=True, text=True, timeout=3600)
+    log(f"  bench_engines.py exit {proc.returncode}")
+    return {"command": " ".join(cmd[1:]), "stdout": proc.stdout[-6000:], "stderr": proc.stderr[-2000:],
+            "exit": proc.returncode}
 
 
 # -- the run ---------------------------------------------------------------------------------------------
@@ -286,11 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_const", const="small", dest="scale", help="same as --scale small")
     ap.add_argument("--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections or contenders to leave out")
+    ap.add_argument("--render", action="store_true",
+                    help="only re-render RESULTS.md and the chart from this scale's last results.json")
     ap.add_argument("--results", type=Path, default=None,
                     help="where to write the markdown (default benchmarks/RESULTS.md at full scale, "
                          "benchmarks/data/<scale>/RESULTS.md otherwise)")
     args = ap.parse_args(argv)
     scale = SCALES[args.scale]
+    md_path = args.results or (BENCH / "RESULTS.md" if scale.name == "full" else data_dir(scale) / "RESULTS.md")
+    if args.render:
+        results = json.loads((data_dir(scale) / "results.json").read_text())
+        print(report.console(results))
+        report.write_markdown(results, md_path)
+        return 0
     only = {s for s in args.only.split(",") if s} or set(SECTIONS)
     skip = {s for s in args.skip.split(",") if s}
     results: dict[str, Any] = {"scale": scale.to_json(), "machine": machine(), "versions": versions(),
@@ -313,7 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = data_dir(scale)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    md_path = args.results or (BENCH / "RESULTS.md" if scale.name == "full" else out_dir / "RESULTS.md")
     print(report.console(results))
     report.write_markdown(results, md_path)
     log(f"wrote {md_path} and {out_dir / 'results.json'}")
