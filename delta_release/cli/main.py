@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from .base import Options
 from .audit import audit
+from .base import Options
 from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
