@@ -111,7 +111,33 @@ def _int(text: str) -> int:
     return int(text)
 
 
+_KEY_COLON = re.compile(r'"\s*:')
+_PLAIN = (str, int, type(None))
+
+
+def _parse_fast(text: str) -> Any:
+    """The C parser without hooks, for the common flat event; None when the strict parser must decide.
+
+    Taken only when the result is a flat object of strings, integers and nulls whose key count equals the
+    number of `"` + `:` tokens in the text: a duplicate key makes that count larger (the later key would be
+    lost by a plain parse), strings containing `":` only make it larger, nested objects likewise. Floats,
+    NaN, Infinity and huge numbers all go to the strict parser."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if type(obj) is not dict or len(_KEY_COLON.findall(text)) != len(obj):
+        return None
+    for value in obj.values():
+        if not isinstance(value, _PLAIN) or (type(value) is int and not -MAX_INT64 <= value <= MAX_INT64):
+            return None
+    return obj
+
+
 def _parse(text: str) -> Any:
+    fast = _parse_fast(text)
+    if fast is not None:
+        return fast
     try:
         return json.loads(text, object_pairs_hook=_pairs, parse_float=_Float, parse_int=_int,
                           parse_constant=_no_constant)
