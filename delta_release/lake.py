@@ -73,8 +73,13 @@ class Lake:
 
     # -- locations -------------------------------------------------------------------------------
     def default_location(self, table: TableDef) -> str:
-        loc = table.location or table.name
-        return loc if "://" in loc or loc.startswith("/") else self.storage.uri(loc)
+        """What the catalog records: a path relative to the lake root for tables inside the lake (so a
+        copied or moved lake points at its own tables, never the original's), else the absolute URI."""
+        return table.location or table.name
+
+    def resolve_location(self, location: str) -> str:
+        """A catalog location as a URI: relative locations are inside this lake's root."""
+        return location if "://" in location or location.startswith("/") else self.storage.uri(location)
 
     def table_def(self, name: str) -> TableDef:
         if name not in self.tables:
@@ -89,7 +94,7 @@ class Lake:
         entry = self.catalog.table(name)
         if entry is None:
             raise NotFoundError(f"table {name!r} is not in the catalog", table=name)
-        return entry.location
+        return self.resolve_location(entry.location)
 
     def table_storage(self, name: str) -> Storage:
         return Storage(self.table_uri(name), self.storage.storage_options)

@@ -23,3 +23,16 @@ def test_tombstone_blocks_lower_positions(lake: dr.Lake) -> None:
     assert lake.read().height == 0
     lake.ingest(jsonl([up("a", 6, amount=7)]))
     assert lake.read()["amount_cents"].to_list() == [7]
+
+
+def test_a_copied_lake_reads_and_writes_its_own_tables(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    original = dr.Lake.open(tmp_path / "a")
+    original.ingest(jsonl([up("a", 1)]))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    copy = dr.Lake.open(tmp_path / "b")
+    assert copy.table_uri("orders") == str(tmp_path / "b" / "orders")
+    copy.ingest(jsonl([up("b", 2)]))
+    assert sorted(copy.read()["order_id"].to_list()) == ["a", "b"]
+    assert dr.Lake.open(tmp_path / "a").read()["order_id"].to_list() == ["a"]  # the original is untouched

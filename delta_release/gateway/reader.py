@@ -49,18 +49,19 @@ class Gateway:
             raise NotFoundError(f"table {table!r} is not in the catalog", table=table)
         if pub is None:
             raise NotFoundError(f"table {table} has no published version", table=table)
+        location = self.lake.resolve_location(entry.location)
         cached = self.cache.get(table)
-        if cached is not None and cached.generation == pub.generation and cached.location == entry.location:
+        if cached is not None and cached.generation == pub.generation and cached.location == location:
             return cached
         if cached is not None and self.policy == "error":
-            what = (f"location changed from {cached.location} to {entry.location}"
-                    if cached.location != entry.location else
+            what = (f"location changed from {cached.location} to {location}"
+                    if cached.location != location else
                     f"cached generation {cached.generation}, published {pub.generation}")
             raise FreshnessError(f"metadata cache of {table} is stale: {what}", table=table,
                                  cached_generation=cached.generation, published_generation=pub.generation,
                                  cached_version=cached.version, published_version=pub.version,
-                                 cached_location=cached.location, location=entry.location)
-        return self._load(table, entry.location, pub.generation, pub.version)
+                                 cached_location=cached.location, location=location)
+        return self._load(table, location, pub.generation, pub.version)
 
     def refresh(self, table: str) -> CachedTable:
         """Refresh the cache entry of `table` to the catalog's current generation, whatever the policy."""
