@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from .. import _delta
 from ..errors import InputError
-from ..publish.candidate import file_stats
+from ..publish.candidate import file_stats, footer_stats
 from ..storage import Storage
 from ..tables import TableDef
 
@@ -205,7 +205,15 @@ def _check_links(storage: Storage, manifest: Manifest, paths: list[str]) -> None
     if not storage.is_local:
         return
     root = os.path.realpath(storage.local_path())
-    for rel in [manifest.directory, *paths]:
+    directory = storage.local_path(manifest.directory)
+    # Only links can leave the root: resolve the directory once, and a file only when it is a link
+    # (one lstat each) or when it is not directly in that directory.
+    candidates = [manifest.directory]
+    for rel in paths:
+        full = storage.local_path(rel)
+        if full.parent != directory or os.path.islink(full):
+            candidates.append(rel)
+    for rel in candidates:
         full = storage.local_path(rel)
         if not os.path.lexists(full):
             continue
@@ -246,18 +254,19 @@ def gate_manifest(lake: Lake, manifest: Manifest) -> GateReport:
             report.note(report.checksum_mismatch, f.path, f"expected sha256 {f.sha256[:16]}..., found {digest[:16]}...")
         elif known.get(f.path) not in (None, f.sha256):
             report.note(report.checksum_mismatch, f.path, "an immutable name registered before with other content")
-        try:
-            table = pq.read_table(io.BytesIO(data))
+        try:  # the footer answers count, schema and (usually) stats without decoding the data
+            meta = pq.read_metadata(io.BytesIO(data))
+            schema = meta.schema.to_arrow_schema()
         except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
             report.note(report.count_mismatch, f.path, f"parquet footer cannot be read: {type(exc).__name__}")
             continue
-        if table.num_rows != f.records:
-            report.note(report.count_mismatch, f.path, f"expected {f.records} records, found {table.num_rows}")
-        if not _same_schema(table.schema, expected_schema):
+        if meta.num_rows != f.records:
+            report.note(report.count_mismatch, f.path, f"expected {f.records} records, found {meta.num_rows}")
+        if not _same_schema(schema, expected_schema):
             report.note(report.schema_mismatch, f.path, f"expected columns {expected_schema.names} with the "
-                        f"table's types, found {table.schema.names}")
+                        f"table's types, found {schema.names}")
             continue
-        report.stats[f.path] = file_stats(table.cast(expected_schema))
+        report.stats[f.path] = footer_stats(meta) or file_stats(pq.read_table(io.BytesIO(data)).cast(expected_schema))
     return report
 
 

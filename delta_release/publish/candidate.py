@@ -90,6 +90,35 @@ def file_stats(table: pa.Table, columns: list[str] | None = None) -> str:
                        "nullCount": nulls}, sort_keys=True)
 
 
+def footer_stats(meta: pq.FileMetaData) -> str | None:
+    """`file_stats` from a parquet footer's row-group statistics, without reading the data; None when a
+    row group lacks statistics (the caller then reads the table)."""
+    schema = meta.schema.to_arrow_schema()
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for i, name in enumerate(schema.names):
+        nulls[name] = 0
+        lo: Any = None
+        hi: Any = None
+        for g in range(meta.num_row_groups):
+            if meta.row_group(g).num_rows == 0:
+                continue
+            st = meta.row_group(g).column(i).statistics
+            if st is None or not st.has_null_count:
+                return None
+            nulls[name] += st.null_count
+            if name in STATS_COLUMNS and meta.row_group(g).num_rows > st.null_count:
+                if not st.has_min_max:
+                    return None
+                lo = st.min if lo is None else min(lo, st.min)
+                hi = st.max if hi is None else max(hi, st.max)
+        if lo is not None:
+            mins[name], maxs[name] = lo, hi
+    return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs,
+                       "nullCount": nulls}, sort_keys=True)
+
+
 def encode_parquet(table: pa.Table) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy",
