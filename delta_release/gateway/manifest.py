@@ -209,9 +209,13 @@ def _check_links(storage: Storage, manifest: Manifest, paths: list[str]) -> None
     # Only links can leave the root: resolve the directory once, and a file only when it is a link
     # (one lstat each) or when it is not directly in that directory.
     candidates = [manifest.directory]
+    links: set[str] = set()
+    if directory.is_dir():
+        with os.scandir(directory) as entries:  # one directory read instead of an lstat per file
+            links = {f"{manifest.directory}/{e.name}" for e in entries if e.is_symlink()}
+    prefix = manifest.directory + "/"
     for rel in paths:
-        full = storage.local_path(rel)
-        if full.parent != directory or os.path.islink(full):
+        if not rel.startswith(prefix) or "/" in rel[len(prefix):] or rel in links:
             candidates.append(rel)
     for rel in candidates:
         full = storage.local_path(rel)
