@@ -92,18 +92,23 @@ class Storage:
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
 
+    @staticmethod
+    def _write_temp(parent: str, data: bytes) -> str:
+        """Write `data` durably under a fresh temporary name in `parent` (local disk); returns that name."""
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return tmp
+
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename."""
         full = self._full(rel)
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, full)
+            os.replace(self._write_temp(parent, data), full)
         else:
             with self.fs.open_output_stream(full) as out:
                 out.write(data)
@@ -118,11 +123,7 @@ class Storage:
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+            tmp = self._write_temp(parent, data)
             try:
                 os.link(tmp, full)
                 return True

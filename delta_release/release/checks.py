@@ -154,26 +154,27 @@ def check_pinned_query(ctx: RunContext) -> CheckResult:
                        evidence={"version": ctx.candidate_version, "rows": len(got), "differences": len(diff)})
 
 
+def _drill_check(ctx: RunContext, name: str, run: Callable[[str], dict[str, Any]], ok_detail: str) -> CheckResult:
+    result = run(str(ctx.scratch / name))
+    ctx.evidence.setdefault("drills", {})[name] = result
+    failed = [k for k, v in result["checks"].items() if not v]
+    return CheckResult(name=f"{name}_drill", passed=bool(result["passed"]),
+                       detail=ok_detail if result["passed"] else f"failed checks: {failed}",
+                       evidence={"checks": result["checks"]})
+
+
 def check_conflict_drill(ctx: RunContext) -> CheckResult:
     from ..drills.conflict import run_conflict_drill
 
-    result = run_conflict_drill(str(ctx.scratch / "conflict"))
-    ctx.evidence.setdefault("drills", {})["conflict"] = result
-    failed = [k for k, v in result["checks"].items() if not v]
-    return CheckResult(name="conflict_drill", passed=bool(result["passed"]),
-                       detail="stale publication rejected (expected 41, found 42), rebuilt on 42, committed 43"
-                       if result["passed"] else f"failed checks: {failed}", evidence={"checks": result["checks"]})
+    return _drill_check(ctx, "conflict", run_conflict_drill,
+                        "stale publication rejected (expected 41, found 42), rebuilt on 42, committed 43")
 
 
 def check_erasure_drill(ctx: RunContext) -> CheckResult:
     from ..drills.erasure import run_erasure_drill
 
-    result = run_erasure_drill(str(ctx.scratch / "erasure"))
-    ctx.evidence.setdefault("drills", {})["erasure"] = result
-    failed = [k for k, v in result["checks"].items() if not v]
-    return CheckResult(name="erasure_drill", passed=bool(result["passed"]),
-                       detail="the erased subject never reappeared; pinned read and rollback refused"
-                       if result["passed"] else f"failed checks: {failed}", evidence={"checks": result["checks"]})
+    return _drill_check(ctx, "erasure", run_erasure_drill,
+                        "the erased subject never reappeared; pinned read and rollback refused")
 
 
 def check_audit(ctx: RunContext) -> CheckResult:
