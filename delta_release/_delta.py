@@ -146,7 +146,7 @@ def partition_columns(uri: str, options: dict[str, str]) -> list[str]:
 
 
 def arrow_schema(uri: str, options: dict[str, str], version: int | None = None) -> pa.Schema:
-    return pa.schema(_open(uri, options, version).schema().to_arrow())  # type: ignore[arg-type]
+    return pa.schema(_open(uri, options, version).schema().to_arrow())
 
 
 def table_configuration(uri: str, options: dict[str, str], version: int | None = None) -> dict[str, Any]:

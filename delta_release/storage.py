@@ -79,7 +79,7 @@ class Storage:
         return Path(self._full(rel))
 
     def exists(self, rel: str) -> bool:
-        return self.fs.get_file_info(self._full(rel)).type != pafs.FileType.NotFound
+        return bool(self.fs.get_file_info(self._full(rel)).type != pafs.FileType.NotFound)
 
     def size(self, rel: str) -> int | None:
         info = self.fs.get_file_info(self._full(rel))

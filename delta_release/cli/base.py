@@ -37,7 +37,7 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--lake", "lake_", default=None, metavar="URI", help="Lake root (default ./lake).")
     @click.option("--json", "json_", is_flag=True, help="Machine output on stdout.")
     @click.option("--debug", "debug_", is_flag=True, help="Show tracebacks.")
-    @click.pass_context
+    @click.pass_context  # type: ignore[arg-type]  # functools.wraps hides the signature click sees
     @functools.wraps(fn)
     def wrapper(ctx: click.Context, lake_: str | None, json_: bool, debug_: bool, **kw: Any) -> Any:
         opts = _merge(ctx, lake_, json_, debug_)

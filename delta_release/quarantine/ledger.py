@@ -65,12 +65,12 @@ class QuarantineLedger:
     def rows(self, batch_id: str | None = None) -> pl.DataFrame:
         paths = [self._path(batch_id)] if batch_id else [
             o.path for o in self._storage.list(PREFIX, recursive=False) if o.path.endswith(".parquet")]
-        frames = [pl.from_arrow(pq.read_table(self._storage.open_input(p))) for p in paths
+        frames = [pl.DataFrame(pq.read_table(self._storage.open_input(p))) for p in paths
                   if self._storage.exists(p)]
         if not frames:
             return pl.DataFrame(schema={f.name: pl.String() if f.type == pa.string() else pl.Int64()
                                         for f in SCHEMA})
-        return pl.concat(frames).sort("batch_id", "line")  # type: ignore[arg-type]
+        return pl.concat(frames).sort("batch_id", "line")
 
     def scrub_subject(self, subject: str) -> int:
         """Remove the raw text of every row of `subject` (a keyed hash); returns how many rows changed."""

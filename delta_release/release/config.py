@@ -20,7 +20,7 @@ from ..errors import ConfigError
 _ENV_REF = re.compile(r"^\$\{([A-Z_][A-Z0-9_]*)\}$")
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs
     """Safe YAML that refuses duplicate keys and aliases (no alias bombs, no python tags)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -34,15 +34,15 @@ class _StrictLoader(yaml.SafeLoader):
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
                               file=loader.name, key=str(key))
         seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
+    return dict(loader.construct_mapping(node, deep=deep))
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)  # type: ignore[arg-type]
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,7 +162,7 @@ def load_release_config(path: str | os.PathLike[str]) -> ReleaseConfig:
         try:
             doc = loader.get_single_data()
         finally:
-            loader.dispose()  # type: ignore[no-untyped-call]
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""

@@ -105,7 +105,7 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "checks": {r.name: r.to_json() for r in results},
         "snapshot": {"table": "orders", "version": candidate,
                      "generation": publication.generation if publication else None,
-                     "published_version": (publication or previous).version if (publication or previous) else None,
+                     "published_version": _version(publication or previous),
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
         "telemetry": telemetry,
@@ -132,6 +132,10 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
             "snapshot": {"table": "orders", "version": candidate,
                          "generation": publication.generation if publication else None},
             "failed_checks": failed, "checks": {r.name: r.passed for r in results}}
+
+
+def _version(pub: Any) -> int | None:
+    return None if pub is None else int(pub.version)
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:
