@@ -65,7 +65,7 @@ def rollback(opts: Options, to: int, repair_forward: bool, table: str) -> None:
 @command_options
 def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_versions: int,
            replay_horizon_hours: float, orphan_grace_hours: float) -> None:
-    """Retention- and erasure-aware cleanup of data files no needed snapshot references."""
+    """Retention- and erasure-aware cleanup of data files that no needed snapshot references."""
     if apply and dry_run:
         raise click.UsageError("--apply and --dry-run exclude each other")
     report = open_lake(opts).vacuum(table, apply=apply, retain_versions=retain_versions,
