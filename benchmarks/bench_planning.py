@@ -15,14 +15,14 @@ from typing import Any
 from ._common import emit
 
 
-def build(lake_path: Path, hours: int, files_per_hour: int) -> None:
+def build(lake_path: Path | str, hours: int, files_per_hour: int, **open_kw: Any) -> None:
     """Publish `hours` hours of telemetry, one manifest each, through the product's own publish path."""
     from delta_release.gateway.external import publish_manifest
     from delta_release.gateway.manifest import parse_manifest
     from delta_release.gateway.producer import produce_hour, upload
     from delta_release.lake import Lake
 
-    lake = Lake.open(lake_path)
+    lake = Lake.open(lake_path, **open_kw)
     for hour in range(hours):
         doc, objects = produce_hour(hour, f"gen-{hour}", files=files_per_hour, rows=50)
         from delta_release.gateway.external import ensure_table
