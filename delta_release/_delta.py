@@ -17,7 +17,7 @@ from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from .errors import DeltaReleaseError, NotFoundError, StaleParentError
+from .errors import NotFoundError, StaleParentError
 
 METADATA_KEY = "delta_release"
 
@@ -164,12 +164,8 @@ def add_actions_table(uri: str, options: dict[str, str], version: int) -> pa.Tab
     return pa.table(_open(uri, options, version).get_add_actions(flatten=True))
 
 
-def is_delta_error(exc: BaseException) -> bool:
-    return isinstance(exc, DeltaError)
-
-
 __all__ = [
-    "DeltaReleaseError", "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
-    "create_table", "file_entries", "file_uris", "history", "is_delta_error", "latest_version", "open_snapshot",
+    "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
+    "create_table", "file_entries", "file_uris", "history", "latest_version", "open_snapshot",
     "partition_columns", "snapshot_entries", "table_configuration",
 ]
