@@ -14,6 +14,7 @@ from . import _delta
 from .apply import plan_apply
 from .apply.fold import read_rows_from
 from .contract import DecodedBatch, Reason, Reject, decode_batch
+from .contract.decode import count_reasons
 from .errors import GateError, ReconciliationError, StaleParentError
 from .faults import crash_point, crash_window
 from .publish import Candidate, gate_candidate, stage_partitions
@@ -86,7 +87,8 @@ def _forget_erased(lake: Lake, rejects: list[Reject]) -> list[Reject]:
             for r in rejects]
 
 
-def _digest(evidence: dict[str, Any]) -> str:
+def evidence_digest(evidence: dict[str, Any]) -> str:
+    """The digest a commit's evidence is published under (sha256 of its canonical JSON)."""
     return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
 
 
@@ -103,19 +105,34 @@ class Prepared:
 def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_ids: list[str],
                       operation: str, table: str = "orders", publication: str = "immediate") -> Prepared:
     """Apply `events` on `parent`: plan the partitions, stage new files, gate them. Nothing is visible."""
-    tdef = lake.tables[table]
     uri = lake.table_uri(table)
     lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
     plan = plan_apply(events, read_rows_from(lf))
     if plan.empty:
         return Prepared(parent=parent, plan=plan, candidate=None, evidence=None)
-    entries = _delta.file_entries(uri, lake.options, parent)
-    affected = {(None if d is None else str(d)) for d in plan.partitions}
-    removes = [e for e in entries if _pv(e.partition_values.get(tdef.partition)) in affected]
+    prepared = stage_candidate(lake, table=table, parent=parent, partitions=plan.partitions, batch_ids=batch_ids,
+                               operation=operation, changed_keys=plan.changed_keys, publication=publication)
+    prepared.plan = plan
+    return prepared
+
+
+def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: Any) -> list[_delta.FileEntry]:
+    """The files of `entries` in the partitions `values` (None: the null partition): what a rewrite removes."""
+    wanted = {partition_text(v) for v in values}
+    return [e for e in entries if partition_text(e.partition_values.get(column)) in wanted]
+
+
+def stage_candidate(lake: Lake, *, table: str, parent: int, partitions: dict[Any, pl.DataFrame],
+                    batch_ids: list[str], operation: str, **evidence: Any) -> Prepared:
+    """Replace whole partitions on `parent`: stage their new content, gate it, record the evidence.
+    Ingest, erasure and drills all publish through here; nothing is visible until `commit_candidate`."""
+    tdef = lake.tables[table]
+    removes = files_of_partitions(_delta.file_entries(lake.table_uri(table), lake.options, parent),
+                                  tdef.partition, partitions)
     tstore = lake.table_storage(table)
     candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=batch_ids,
                                  partition_column=tdef.partition, key=tdef.key or "order_id",
-                                 file_schema=tdef.file_schema(), partitions=plan.partitions,
+                                 file_schema=tdef.file_schema(), partitions=partitions,
                                  removes=removes, now_ms=int(lake.clock.now().timestamp() * 1000))
     crash_point("ingest.after_staging")
     try:
@@ -124,9 +141,9 @@ def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_id
     except GateError:
         discard_candidate(lake, candidate)
         raise
-    evidence = candidate.evidence(operation=operation, changed_keys=plan.changed_keys, publication=publication)
-    evidence["digest"] = _digest(evidence)
-    return Prepared(parent=parent, plan=plan, candidate=candidate, evidence=evidence)
+    record = candidate.evidence(operation=operation, **evidence)
+    record["digest"] = evidence_digest(record)
+    return Prepared(parent=parent, plan=None, candidate=candidate, evidence=record)
 
 
 def commit_candidate(lake: Lake, prepared: Prepared, *, table: str = "orders") -> int:
@@ -187,7 +204,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
                 discard_candidate(lake, prepared.candidate)
             raise ReconciliationError(batch_id, decoded.extracted, accepted, len(rejects))
         report.accepted, report.quarantined = accepted, len(rejects)
-        report.reasons = _count(rejects)
+        report.reasons = count_reasons(rejects)
         lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key)
         crash_point("ingest.after_quarantine")
         if prepared.candidate is None:
@@ -210,15 +227,9 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
     raise StaleParentError(table, last["expected"], last["found"])
 
 
-def _pv(value: Any) -> str | None:
+def partition_text(value: Any) -> str | None:
+    """A partition value as the Delta log writes it (None stays None: the null partition)."""
     return None if value is None else str(value)
-
-
-def _count(rejects: list[Reject]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in rejects:
-        out[r.reason.value] = out.get(r.reason.value, 0) + 1
-    return dict(sorted(out.items()))
 
 
 def _line_text(data: bytes, line: int) -> str:

@@ -15,7 +15,6 @@ from conftest import jsonl, rm, up
 import delta_release as dr
 from delta_release import _delta
 from delta_release import ingest as ingest_mod
-from delta_release.erasure import erase as erase_mod
 from delta_release.erasure.lineage import table_lineage
 from delta_release.errors import ErasureExposureError, InputError
 
@@ -195,15 +194,16 @@ def test_erasure_between_filter_and_commit_cannot_be_undone(lake: dr.Lake, monke
 
 def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
     lake = history_lake
-    real = erase_mod.gate_candidate
+    real = ingest_mod.gate_candidate  # the erasure stages and gates through ingest.stage_candidate
     calls: list[int] = []
 
     def racing_gate(store: object, candidate: object) -> None:
         if not calls:  # another writer commits between the erasure's read and its commit
-            calls.append(lake.ingest(jsonl([up("w", 900, day=48)])).version or -1)
+            calls.append(-1)  # first: the racing ingest gates through here too
+            calls[0] = lake.ingest(jsonl([up("w", 900, day=48)])).version or -1
         real(store, candidate)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(erase_mod, "gate_candidate", racing_gate)
+    monkeypatch.setattr(ingest_mod, "gate_candidate", racing_gate)
     report = lake.erase(SUBJECT)
     assert report.stale_parents == [{"expected": 4, "found": 5}]
     assert report.attempts == 2 and report.version == 6

@@ -44,13 +44,18 @@ class ApplyPlan:
         return not self.partitions
 
 
-def _day_filter(days: Iterable[int | None]) -> pl.Expr:
-    days = list(days)
-    values = [d for d in days if d is not None]
-    expr = pl.col("event_day").is_in(values) if values else pl.lit(False)
-    if any(d is None for d in days):
-        expr = expr | pl.col("event_day").is_null()
+def partition_filter(column: str, values: Iterable[Any]) -> pl.Expr:
+    """Rows whose partition column is one of `values` (None means the null partition)."""
+    values = list(values)
+    plain = [v for v in values if v is not None]
+    expr = pl.col(column).is_in(plain) if plain else pl.lit(False)
+    if any(v is None for v in values):
+        expr = expr | pl.col(column).is_null()
     return expr.fill_null(False)
+
+
+def _day_filter(days: Iterable[int | None]) -> pl.Expr:
+    return partition_filter("event_day", days)
 
 
 def read_rows_from(lf: pl.LazyFrame) -> ReadRows:

@@ -48,6 +48,14 @@ class Reject:
     order_id: str | None = None  # used by the erasure filter; never written to the ledger
 
 
+def count_reasons(rejects: list[Reject]) -> dict[str, int]:
+    """reason code -> how many rejects carry it, sorted by code."""
+    out: dict[str, int] = {}
+    for r in rejects:
+        out[r.reason.value] = out.get(r.reason.value, 0) + 1
+    return dict(sorted(out.items()))
+
+
 @dataclass(slots=True, kw_only=True)
 class DecodedBatch:
     extracted: int
@@ -60,10 +68,7 @@ class DecodedBatch:
         return self.events.height
 
     def reasons(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.rejects:
-            out[r.reason.value] = out.get(r.reason.value, 0) + 1
-        return dict(sorted(out.items()))
+        return count_reasons(self.rejects)
 
 
 class _Rejected(Exception):

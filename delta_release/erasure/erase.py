@@ -14,18 +14,15 @@ The plain id lives only in this call's memory; nothing here writes it, and no er
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .. import _delta
+from ..apply.fold import partition_filter
 from ..clock import iso
 from ..contract.decode import MAX_ORDER_ID
-from ..errors import DeltaReleaseError, GateError, InputError, StaleParentError
-from ..publish import gate_candidate, stage_partitions
+from ..errors import DeltaReleaseError, InputError, StaleParentError
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
 from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_batches_holding
@@ -33,7 +30,6 @@ from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_ba
 if TYPE_CHECKING:
     from ..lake import Lake
 
-MAX_ATTEMPTS = 8
 
 
 @dataclass(slots=True, kw_only=True)
@@ -61,19 +57,6 @@ class ErasureReport:
         }
 
 
-def partition_filter(column: str, values: list[Any]) -> pl.Expr:
-    """Rows whose partition column is one of `values` (None means the null partition)."""
-    plain = [v for v in values if v is not None]
-    expr = pl.col(column).is_in(plain) if plain else pl.lit(False)
-    if any(v is None for v in values):
-        expr = expr | pl.col(column).is_null()
-    return expr.fill_null(False)
-
-
-def _digest(evidence: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
-
-
 def _check_id(order_id: Any) -> str:
     if not isinstance(order_id, str) or not order_id or len(order_id) > MAX_ORDER_ID:
         raise InputError(f"an order id must be 1 to {MAX_ORDER_ID} characters")
@@ -82,11 +65,10 @@ def _check_id(order_id: Any) -> str:
 
 def _remove_subject(lake: Lake, table: str, key: str, order_id: str, report: ErasureReport) -> None:
     """Commit the table without the subject's rows (no commit when it holds none)."""
-    from ..ingest import Prepared, commit_candidate, discard_candidate
+    from ..ingest import MAX_ATTEMPTS, commit_candidate, stage_candidate
 
-    tdef = lake.tables[table]
     uri = lake.table_uri(table)
-    pcol = tdef.partition
+    pcol = lake.tables[table].partition
     for attempt in range(1, MAX_ATTEMPTS + 1):
         report.attempts = attempt
         parent = lake.latest_version(table)
@@ -99,23 +81,11 @@ def _remove_subject(lake: Lake, table: str, key: str, order_id: str, report: Era
         base = lf.filter(partition_filter(pcol, days)).collect()
         kept = base.filter(pl.col(key) != order_id)
         partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in days}
-        affected = {None if d is None else str(d) for d in days}
-        removes = [e for e in _delta.file_entries(uri, lake.options, parent)
-                   if (None if e.partition_values.get(pcol) is None
-                       else str(e.partition_values.get(pcol))) in affected]
-        tstore = lake.table_storage(table)
-        candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=[], partition_column=pcol,
-                                     key=key, file_schema=tdef.file_schema(), partitions=partitions,
-                                     removes=removes, now_ms=int(lake.clock.now().timestamp() * 1000))
-        try:
-            gate_candidate(tstore, candidate)
-        except GateError:
-            discard_candidate(lake, candidate)
-            raise
-        evidence = candidate.evidence(operation="erase", rows_removed=base.height - kept.height,
-                                      subjects_removed=1)
-        evidence["digest"] = _digest(evidence)
-        prepared = Prepared(parent=parent, plan=None, candidate=candidate, evidence=evidence)
+        prepared = stage_candidate(lake, table=table, parent=parent, partitions=partitions, batch_ids=[],
+                                   operation="erase", rows_removed=base.height - kept.height, subjects_removed=1)
+        assert prepared.candidate is not None and prepared.evidence is not None
+        evidence = prepared.evidence
+        removes = prepared.candidate.removes
         try:
             version = commit_candidate(lake, prepared, table=table)
         except StaleParentError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,17 +20,17 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from .. import _delta
+from ..apply.fold import partition_filter
 from ..errors import GateError, InputError, StaleParentError
+from ..ingest import MAX_ATTEMPTS, discard_candidate, evidence_digest, partition_text
 from ..publish import gate_candidate, partition_dir, stage_partitions
 from ..publish.candidate import Candidate, file_stats
-from .erase import partition_filter
 from .lineage import Lineage, table_lineage
 from .permission import exposing_entries, exposure_error
 
 if TYPE_CHECKING:
     from ..lake import Lake
 
-MAX_ATTEMPTS = 8
 
 
 @dataclass(slots=True, kw_only=True)
@@ -54,10 +53,6 @@ class RollbackReport:
                 "files_removed": self.files_removed, "rows_dropped": self.rows_dropped,
                 "erased_subjects": self.erased_subjects, "attempts": self.attempts,
                 "stale_parents": self.stale_parents}
-
-
-def _pv(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _regate(lake: Lake, table: str, entry: _delta.FileEntry, lineage: Lineage,
@@ -84,7 +79,7 @@ def _regate(lake: Lake, table: str, entry: _delta.FileEntry, lineage: Lineage,
     arrow = pq.read_table(io.BytesIO(data))
     if entry.num_records is not None and arrow.num_rows != entry.num_records:
         raise fail("count_mismatch", f"expected {entry.num_records} rows, found {arrow.num_rows}")
-    add = _delta.FileAdd(path=entry.path, size=size, partition_values={pcol: _pv(pval)},
+    add = _delta.FileAdd(path=entry.path, size=size, partition_values={pcol: partition_text(pval)},
                          stats=file_stats(arrow), modification_time=now_ms)
     evidence = dict(recorded) if recorded is not None else {
         "path": entry.path, "size": size, "sha256": digest, "rows": arrow.num_rows,
@@ -155,26 +150,19 @@ def rollback(lake: Lake, to: int, *, repair_forward: bool = False, table: str = 
                 "operation": operation, "table": table, "parent": parent, "restored_to": to, "batch_ids": [],
                 "files": files_ev, "removed": [r.path for r in removes], "rows_dropped": report.rows_dropped,
                 "erased_subjects": len(exposing)}
-            evidence["digest"] = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
+            evidence["digest"] = evidence_digest(evidence)
             version = _delta.commit(uri, lake.options, table=table, parent=parent, adds=adds, removes=removes,
                                     evidence=evidence, partition_by=[pcol])
-        except StaleParentError as exc:
-            _discard(lake, table, candidate)
+        except BaseException as exc:  # nothing of a failed attempt stays staged
+            if candidate is not None:
+                discard_candidate(lake, candidate)
+            if not isinstance(exc, StaleParentError):
+                raise
             stale.append({"expected": exc.expected, "found": exc.found})
             continue
-        except BaseException:
-            _discard(lake, table, candidate)
-            raise
         lake.publish_version(table, version, digest=evidence["digest"])
         report.version = version
         report.files_added = [a.path for a in adds]
         report.files_removed = [r.path for r in removes]
         return report
     raise StaleParentError(table, stale[-1]["expected"], stale[-1]["found"])
-
-
-def _discard(lake: Lake, table: str, candidate: Candidate | None) -> None:
-    if candidate is not None:
-        store = lake.table_storage(table)
-        for f in candidate.files:
-            store.delete(f.path)
