@@ -13,6 +13,7 @@ from .gateway import gate, publish
 from .orders import history, ingest, read, replay
 from .register import register
 from .release import run
+from .status import status
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,11 +24,12 @@ from .release import run
 @click.pass_context
 def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     """Publish versioned Delta Lake tables that are complete, current, replay-safe and erasure-safe."""
-    ctx.obj = Options(lake=lake, json=as_json, debug=debug)
+    ctx.obj = Options(lake=lake, json=as_json, debug=debug,
+                      lake_given=ctx.get_parameter_source("lake") is not click.core.ParameterSource.DEFAULT)
 
 
 for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
-                vacuum, run):
+                vacuum, run, status):
     cli.add_command(command)
 
 

@@ -23,9 +23,10 @@ from ..apply.fold import partition_filter
 from ..clock import iso
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError, StaleParentError
+from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
-from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_batches_holding
+from .pending import pending_for, raw_batches_holding
 
 if TYPE_CHECKING:
     from ..lake import Lake

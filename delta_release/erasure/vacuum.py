@@ -26,9 +26,8 @@ from .permission import snapshot_allowed
 if TYPE_CHECKING:
     from ..lake import Lake
 
-RETAIN_VERSIONS = 10
-REPLAY_HORIZON_HOURS = 168.0
-ORPHAN_GRACE_HOURS = 1.0
+from ..retention import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS  # noqa: E402 - one set
+
 _PRIORITY = ("latest", "published", "retained", "replay_horizon")
 
 

@@ -3,6 +3,7 @@ then ship (publish the generation) or hold (publish nothing), and write the pack
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import time
@@ -12,12 +13,15 @@ from typing import Any
 
 import polars as pl
 
+from .. import __version__
+from .. import progress as show
 from ..clock import Clock, iso
 from ..lake import Lake
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
-from .packet import cost, pending_evidence, rollback_plan, write_packet
-from .report import render_report
+from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
+from .report import render_index, render_report
+from .status import LAST_RUN
 
 Progress = Callable[[str], None]
 
@@ -53,14 +57,21 @@ def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[st
     return {k: round(_p95(v), 3) for k, v in out.items()}
 
 
-def run_release(config_path: str, *, clock: Clock | None = None, progress: Progress = _quiet) -> dict[str, Any]:
-    cfg = load_release_config(config_path)
-    lake = Lake.open(cfg.lake_uri, storage_options=cfg.storage_options, clock=clock)
-    now = lake.clock.now()
+
+
+def run_release(config_path: str, *, lake: str | None = None, clock: Clock | None = None,
+                progress: Progress = _quiet) -> dict[str, Any]:
+    """The release run. `lake` (the CLI's `run --lake`) overrides the config's `lake.uri`. The whole
+    config is validated before any work: a bad one raises ConfigError and creates nothing."""
+    cfg = load_release_config(config_path, lake_override=lake)
+    with show.step("open lake"):
+        lk = Lake.open(cfg.lake_uri, storage_options=cfg.storage_options, clock=clock)
+    now = lk.clock.now()
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
     scratch = out_dir / "scratch"
-    previous = lake.published("orders")
+    previous = lk.published("orders")
+    parent = lk.latest_version("orders")
     steps = len(cfg.sources) + len(cfg.checks) + 2
     step = 0
 
@@ -72,40 +83,52 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     reports = []
     for source in cfg.sources:
         tick(f"ingest {source.name}")
-        reports.append(lake.ingest(source, publish=False).to_json())
-    candidate = lake.latest_version("orders")
+        with show.step(f"ingest {source.name} ({show.human_bytes(source.stat().st_size)})"):
+            reports.append(lk.ingest(source, publish=False).to_json())
+    candidate = lk.latest_version("orders")
     assert candidate is not None
-    ctx = RunContext(config=cfg, lake=lake, scratch=scratch, candidate_version=candidate, reports=reports)
+    ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate_version=candidate, reports=reports,
+                     parent_version=parent)
     results = []
     for name in cfg.checks:
         tick(f"check {name}")
-        for r in run_check(name, ctx):
-            results.append(r)
-            progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
+        with show.step(f"check {name}"):
+            for r in run_check(name, ctx):
+                results.append(r)
+                progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
     failed = [r.name for r in results if not r.passed]
     decision = "hold" if failed else "ship"
     tick(f"decision: {decision}")
     publication = None
     telemetry = []
     if decision == "ship":
-        publication = lake.publish_version("orders", candidate, digest=f"release-{run_id}", label=f"release-{run_id}")
-        telemetry = _publish_manifests(lake, cfg)
-    planning = planning_times(lake, cfg.audit.days) if decision == "ship" else {}
+        with show.step("publish"):
+            publication = lk.publish_version("orders", candidate, digest=f"release-{run_id}",
+                                             label=f"release-{run_id}")
+            telemetry = _publish_manifests(lk, cfg)
+    with show.step("planning times"):
+        planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
     for r in reports:
         for k, v in r["reasons"].items():
             by_reason[k] = by_reason.get(k, 0) + v
+    published_now = publication or previous
     packet: dict[str, Any] = {
         "packet_format": 1,
         "run_id": run_id,
         "created": iso(now),
-        "config": {"path": str(cfg.path), "checks": cfg.checks},
+        "tool": {"name": "delta-release", "version": __version__},
+        "lake": cfg.lake_uri,
+        "config": {"path": str(cfg.path), "sha256": cfg.digest, "lake_from": cfg.lake_from, "checks": cfg.checks},
+        "thresholds": _thresholds_json(cfg),
         "decision": decision,
         "failed_checks": failed,
+        "reasons": [f"{r.name}: {r.detail}" for r in results if not r.passed],
         "checks": {r.name: r.to_json() for r in results},
         "snapshot": {"table": "orders", "version": candidate,
                      "generation": publication.generation if publication else None,
-                     "published_version": _version(publication or previous),
+                     "published_version": _version(published_now),
+                     "published_generation": None if published_now is None else published_now.generation,
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
         "telemetry": telemetry,
@@ -120,18 +143,41 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "audit": ctx.evidence.get("audit"),
         "freshness": ctx.evidence.get("freshness"),
         "planning_ms": planning,
-        "rollback_plan": rollback_plan(lake, previous_version=previous.version if previous else None),
-        "cost": cost(lake, cfg, candidate),
-        "pending": pending_evidence(lake, cfg, now),
+        "rollback_plan": rollback_plan(lk, lake_uri=cfg.lake_uri, published=published_now,
+                                       shipped=decision == "ship"),
+        "cost": cost(lk, cfg, candidate),
+        "pending": pending_evidence(lk, cfg, now),
     }
-    packet_path, digest = write_packet(packet, out_dir)
-    report_path = render_report(packet, digest, out_dir / "report.html")
-    shutil.rmtree(scratch, ignore_errors=True)
+    packet["next_steps"] = next_steps(packet, cfg)
+    with show.step("packet and report"):
+        packet_path, digest = write_packet(packet, out_dir)
+        report_path = render_report(packet, digest, out_dir / "report.html")
+        index_path = render_index(cfg.packet_dir)
+        shutil.rmtree(scratch, ignore_errors=True)
+        summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
+                   "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
+                   "snapshot": {"table": "orders", "version": candidate,
+                                "generation": publication.generation if publication else None}}
+        lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
     tick(f"packet written: {packet_path}")
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
+            "index": str(index_path), "lake": cfg.lake_uri, "run_id": run_id,
             "snapshot": {"table": "orders", "version": candidate,
                          "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results}}
+            "failed_checks": failed, "checks": {r.name: r.passed for r in results},
+            "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
+                         "threshold": r.evidence.get("threshold"), "seconds": round(r.seconds, 3)}
+                        for r in results]}
+
+
+def _thresholds_json(cfg: Any) -> dict[str, Any]:
+    t = cfg.thresholds
+    return {"rejected": {"per_batch": t.rejected_per_batch, "mostly": t.rejected_mostly,
+                         "overall": t.rejected_overall, "by_reason": dict(t.rejected_by_reason)},
+            "late_events": {"max_share": t.late_events},
+            "stale_events": {"older_than_days": t.stale_days, "max_share": t.stale_events},
+            "moved_orders": {"max_share": t.moved_orders},
+            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction}}
 
 
 def _version(pub: Any) -> int | None:
