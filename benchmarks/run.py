@@ -320,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                                "command": "python -m benchmarks.run " + " ".join(argv if argv is not None
                                                                                  else sys.argv[1:]),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "sections": {}}
+    from delta_release import progress
+
+    progress.configure(progress.wanted(False))  # a spinner per section on a terminal; silent in logs
     t0 = time.perf_counter()
     for name in SECTIONS:
         if name not in only or name in skip or name not in BENCHES:
@@ -327,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{name}]")
         s0 = time.perf_counter()
         try:
-            results["sections"][name] = BENCHES[name](scale, skip)
+            with progress.step(f"benchmark {name}"):
+                results["sections"][name] = BENCHES[name](scale, skip)
         except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others
             results["sections"][name] = {"error": f"{type(exc).__name__}: {exc}"}
             log(f"  {name} FAILED: {type(exc).__name__}: {exc}")

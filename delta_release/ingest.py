@@ -240,4 +240,6 @@ def _line_text(data: bytes, line: int) -> str:
 
 def replay_batches(lake: Lake, batch_id: str | None, *, all_batches: bool) -> list[IngestReport]:
     ids = [b.batch_id for b in lake.raw.list()] if all_batches else [batch_id] if batch_id else []
-    return [ingest_batch(lake, lake.raw.read(b), replay=True) for b in ids]
+    from . import progress
+
+    return [ingest_batch(lake, lake.raw.read(b), replay=True) for b in progress.track(ids, "replay raw batches")]

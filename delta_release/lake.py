@@ -154,6 +154,9 @@ class Lake:
     def scan(self, table: str = "orders", version: int | None = None, *,
              include_tombstones: bool = False) -> pl.LazyFrame:
         """A LazyFrame of the table at the published (or pinned) version, checked at the query boundary."""
+        from .api_checks import check_table, check_version
+
+        table, version = check_table(table), check_version(version)
         entry = self.catalog.table(table)
         if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
             from .register import scan_registered
@@ -161,7 +164,8 @@ class Lake:
             return scan_registered(self, table, version)
         return self.gateway.scan(table, version, include_tombstones=include_tombstones)
 
-    def read(self, table: str = "orders", version: int | None = None) -> pl.DataFrame:
+    def read(self, table: str = "orders", *, version: int | None = None) -> pl.DataFrame:
+        """The table at the published (or pinned, `version=`) version, collected."""
         return self.scan(table, version).collect()
 
     def history(self, table: str = "orders") -> list[dict[str, Any]]:
@@ -170,10 +174,14 @@ class Lake:
         return table_history(self, table)
 
     # -- erasure, rollback, vacuum (delta_release/erasure) ----------------------------------------
-    def erase(self, order_id: str, *, table: str = "orders", **kw: Any) -> Any:
-        """Erase one subject: one strict commit without its rows; blocked from then on. ErasureReport."""
-        from .erasure.erase import erase_subject
+    def erase(self, order_id: str, *, table: str = "orders", force: bool = False, **kw: Any) -> Any:
+        """Erase one subject: one strict commit without its rows; blocked from then on. ErasureReport.
+        An id this lake never saw is refused (UnknownSubjectError) unless `force=True`."""
+        from .api_checks import require_seen
+        from .erasure.erase import _check_id, erase_subject
 
+        if not force:
+            require_seen(self, _check_id(order_id), table)
         return erase_subject(self, order_id, table=table, **kw)
 
     def rollback(self, to: int, *, repair_forward: bool = False, table: str = "orders") -> Any:

@@ -24,7 +24,11 @@ def _batch_text(r: dict[str, Any]) -> str:
 @command_options
 def ingest(opts: Options, batch: Path) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
-    report = open_lake(opts).ingest(batch).to_json()
+    from .. import progress
+
+    size = progress.human_bytes(batch.stat().st_size) if batch.is_file() else "?"
+    with progress.step(f"ingest {batch.name} ({size})"):
+        report = open_lake(opts).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 
 

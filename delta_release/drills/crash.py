@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .. import _delta
+from .. import _delta, progress
 from ..apply import reference_fold
 from ..clock import FixedClock
 from ..contract import decode_batch
@@ -324,7 +324,7 @@ def run_crash_drill(uri: str, *, points: tuple[CrashPoint, ...] = POINTS) -> dic
     fold = _fold_rows([BASE_BATCH, CRASH_BATCH])
     results = [drill_point(root, i, p, batch, before=before, after=after,
                            after_quarantined=ref_report.quarantined)
-               for i, p in enumerate(points, start=1)]
+               for i, p in enumerate(progress.track(points, "crash points"), start=1)]
     checks = {"reference_equals_fold": after == fold and before != after}
     for r in results:
         label = r["point"] if r["delay_s"] is None else f"{r['point']}@{int(r['delay_s'] * 1000)}ms"

@@ -62,11 +62,13 @@ def snapshot_allowed(lake: Lake, table: str, version: int) -> bool:
     return not exposing_entries(lake, table, version)
 
 
-def exposure_error(table: str, version: int, count: int, *, action: str = "reading") -> ErasureExposureError:
-    """The refusal; it names the version and how many subjects, never which ones."""
+def exposure_error(table: str, version: int, count: int, *, action: str = "reading",
+                   hint: str = "") -> ErasureExposureError:
+    """The refusal; it names the version and how many subjects, never which ones (`hint`: the nearest
+    readable version)."""
     return ErasureExposureError(
         f"{action} version {version} of {table} would expose an erased subject"
-        f" ({count} erased subject(s) still held by that version)",
+        f" ({count} erased subject(s) still held by that version){hint}",
         table=table, version=version, erased_subjects=count)
 
 
@@ -74,4 +76,6 @@ def check_snapshot(lake: Lake, table: str, version: int) -> None:
     """Raise ErasureExposureError when `version` of `table` still holds an erased subject."""
     exposing = exposing_entries(lake, table, version)
     if exposing:
-        raise exposure_error(table, version, len(exposing))
+        from ..api_checks import nearest_hint
+
+        raise exposure_error(table, version, len(exposing), hint=nearest_hint(lake, table, version))

@@ -105,7 +105,10 @@ def rollback(lake: Lake, to: int, *, repair_forward: bool = False, table: str = 
                              f" found {to}", table=table, version=to, latest=parent)
         exposing = exposing_entries(lake, table, to)
         if exposing and not repair_forward:
-            err = exposure_error(table, to, len(exposing), action="rolling back to")
+            from ..api_checks import nearest_hint
+
+            err = exposure_error(table, to, len(exposing), action="rolling back to",
+                                 hint=nearest_hint(lake, table, to))
             err.message += "; use --repair-forward to restore it without the erased subjects"
             err.args = (err.message,)
             raise err
