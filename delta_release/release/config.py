@@ -270,7 +270,7 @@ def _lake_uri(uri: str, rel: Any, file: str) -> str:
     if scheme != "s3":
         raise ConfigError(f"{file}: lake.uri scheme {scheme!r} is not supported (a local path or s3://bucket/prefix)",
                           file=file, key="lake.uri")
-    if not rest.strip("/"):
+    if not rest.split("/", 1)[0].strip():
         raise ConfigError(f"{file}: lake.uri {uri!r} names no bucket: write s3://bucket/prefix", file=file,
                           key="lake.uri")
     return uri
