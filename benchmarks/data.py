@@ -142,7 +142,7 @@ def build_ours(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
     from delta_release import _delta
     from delta_release.clock import FixedClock
     from delta_release.lake import Lake
-    from delta_release.publish import gate_candidate, stage_partitions
+    from delta_release.stage import gate_candidate, stage_partitions
 
     lake = Lake.open(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
     tdef = lake.tables["orders"]

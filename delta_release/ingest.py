@@ -17,8 +17,8 @@ from .contract import DecodedBatch, Reason, Reject, decode_batch
 from .contract.decode import count_reasons
 from .errors import GateError, ReconciliationError, StaleParentError
 from .faults import crash_point, crash_window
-from .publish import Candidate, gate_candidate, stage_partitions
 from .raw import batch_id_of
+from .stage import Candidate, gate_candidate, stage_partitions
 
 if TYPE_CHECKING:
     from .lake import Lake

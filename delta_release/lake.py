@@ -178,13 +178,13 @@ class Lake:
 
     def rollback(self, to: int, *, repair_forward: bool = False, table: str = "orders") -> Any:
         """Restore version `to` as a new version if allowed; else refuse, or repair forward. RollbackReport."""
-        from .erasure.rollback import rollback
+        from .maintenance.rollback import rollback
 
         return rollback(self, to, repair_forward=repair_forward, table=table)
 
     def vacuum(self, table: str = "orders", *, apply: bool = False, **kw: Any) -> Any:
         """Retention- and erasure-aware cleanup; a dry run unless apply=True. VacuumReport."""
-        from .erasure.vacuum import vacuum_table
+        from .maintenance.vacuum import vacuum_table
 
         return vacuum_table(self, table=table, apply=apply, **kw)
 

@@ -26,9 +26,9 @@ from typing import Any
 import polars as pl
 
 from ..errors import FreshnessError
-from ..gateway.external import publish_manifest
-from ..gateway.manifest import gate_manifest, parse_manifest
-from ..gateway.producer import produce_hour, upload
+from ..external.manifest import gate_manifest, parse_manifest
+from ..external.producer import produce_hour, upload
+from ..external.publish import publish_manifest
 from ..lake import Lake
 from .scratch import prepare_scratch
 

@@ -193,9 +193,9 @@ def check_audit(ctx: RunContext) -> CheckResult:
 def receive_manifest(lake: Lake, path: Path) -> Any:
     """Take a producer's drop: the objects listed by the manifest, found beside it, uploaded into the table
     under their immutable names (an existing name is never overwritten). Returns the parsed manifest."""
-    from ..gateway.external import ensure_table
-    from ..gateway.manifest import load_manifest
-    from ..gateway.producer import upload
+    from ..external.manifest import load_manifest
+    from ..external.producer import upload
+    from ..external.publish import ensure_table
 
     manifest = load_manifest(path, lake.tables)
     ensure_table(lake, manifest.table)
@@ -210,7 +210,7 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
     the same manifest with one object that was never written must fail as `missing`."""
     from dataclasses import replace
 
-    from ..gateway.manifest import ManifestFile, gate_manifest
+    from ..external.manifest import ManifestFile, gate_manifest
 
     reports = []
     ok = bool(ctx.config.manifests)

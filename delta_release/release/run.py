@@ -139,7 +139,7 @@ def _version(pub: Any) -> int | None:
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:
-    from ..gateway.external import publish_manifest
+    from ..external.publish import publish_manifest
     from .checks import receive_manifest
 
     out = []

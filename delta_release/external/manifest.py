@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from .. import _delta
 from ..errors import InputError
-from ..publish.candidate import file_stats, footer_stats
+from ..stage.candidate import file_stats, footer_stats
 from ..storage import Storage
 from ..tables import TableDef
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from .lineage import table_lineage
-from .permission import snapshot_allowed
+from ..erasure.lineage import table_lineage
+from ..erasure.permission import snapshot_allowed
 
 if TYPE_CHECKING:
     from ..lake import Lake

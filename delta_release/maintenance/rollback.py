@@ -21,12 +21,12 @@ import pyarrow.parquet as pq
 
 from .. import _delta
 from ..apply.fold import partition_filter
+from ..erasure.lineage import Lineage, table_lineage
+from ..erasure.permission import exposing_entries, exposure_error
 from ..errors import GateError, InputError, StaleParentError
 from ..ingest import MAX_ATTEMPTS, discard_candidate, evidence_digest, partition_text
-from ..publish import gate_candidate, partition_dir, stage_partitions
-from ..publish.candidate import Candidate, file_stats
-from .lineage import Lineage, table_lineage
-from .permission import exposing_entries, exposure_error
+from ..stage import gate_candidate, partition_dir, stage_partitions
+from ..stage.candidate import Candidate, file_stats
 
 if TYPE_CHECKING:
     from ..lake import Lake
