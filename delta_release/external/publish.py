@@ -8,16 +8,15 @@ A failed gate commits nothing and publishes nothing.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _delta
+from ..commit.writer import Change, ExistingFile, Plan, before_work, write
+from ..context import LakeContext, TableContext
+from ..evidence import FileRecord
+from ..gateway.catalog import Publication
 from .manifest import GateReport, Manifest, gate_manifest
-
-if TYPE_CHECKING:
-    from ..lake import Lake
 
 
 @dataclass(slots=True, kw_only=True)
@@ -40,7 +39,7 @@ class PublishReport:
                 "catalog": self.catalog, "cache": self.cache, "added": self.added, "removed": self.removed}
 
 
-def ensure_table(lake: Lake, name: str) -> None:
+def ensure_table(lake: LakeContext, name: str) -> None:
     """Create the external table's Delta log (version 0, empty) on first use."""
     tdef = lake.table_def(name)
     uri = lake.table_uri(name)
@@ -48,54 +47,57 @@ def ensure_table(lake: Lake, name: str) -> None:
         _delta.create_table(uri, lake.options, tdef.arrow_schema(), [tdef.partition], name=name)
 
 
-def publish_manifest(lake: Lake, manifest: Manifest) -> PublishReport:
+class RegisterPartition(Plan):
+    """A gated manifest's files as add actions; the partition's files it does not list, removed."""
+
+    def __init__(self, manifest: Manifest, gate: GateReport) -> None:
+        self.manifest, self.gate = manifest, gate
+
+    def build(self, ctx: TableContext, parent: int) -> Change:
+        manifest, pcol = self.manifest, ctx.table.partition
+        in_part = [e for e in _delta.file_entries(ctx.uri, ctx.storage_options, parent)
+                   if _as_int(e.partition_values.get(pcol)) == manifest.value]
+        listed = {f.path for f in manifest.files}
+        have = {e.path for e in in_part}
+        now_ms = ctx.now_ms()
+        existing = [ExistingFile(
+            add=_delta.FileAdd(path=f.path, size=f.size_bytes, partition_values={pcol: str(manifest.value)},
+                               stats=self.gate.stats[f.path], modification_time=now_ms),
+            record=FileRecord(path=f.path, size=f.size_bytes, sha256=f.sha256, rows=f.records,
+                              partition={pcol: manifest.value}, min_partition=manifest.value,
+                              max_partition=manifest.value))
+            for f in manifest.files if f.path not in have]
+        return Change(operation="publish", existing=existing, removes=[e for e in in_part if e.path not in listed],
+                      label=manifest.generation,
+                      details={"generation": manifest.generation, "partition": {manifest.column: manifest.value},
+                               "manifest_sha256": manifest.digest()})
+
+
+def publish_manifest(lake: LakeContext, manifest: Manifest) -> PublishReport:
     ensure_table(lake, manifest.table)
-    lake.recover_publication(manifest.table)
+    ctx = lake.table(manifest.table)
+    before_work(ctx)
     gate = gate_manifest(lake, manifest)
     report = PublishReport(gate=gate)
-    current = lake.published(manifest.table)
     if not gate.ok:
-        report.catalog = _pub_json(current)
+        report.catalog = _pub_json(lake.published(manifest.table))
         return report
-    tdef = lake.table_def(manifest.table)
-    uri = lake.table_uri(manifest.table)
-    parent = lake.latest_version(manifest.table)
-    assert parent is not None
-    in_hour = [e for e in _delta.file_entries(uri, lake.options, parent)
-               if _as_int(e.partition_values.get(tdef.partition)) == manifest.value]
-    listed = {f.path for f in manifest.files}
-    have = {e.path for e in in_hour}
-    removes = [e for e in in_hour if e.path not in listed]
-    now_ms = int(lake.clock.now().timestamp() * 1000)
-    adds = [_delta.FileAdd(path=f.path, size=f.size_bytes, partition_values={tdef.partition: str(manifest.value)},
-                           stats=gate.stats[f.path], modification_time=now_ms)
-            for f in manifest.files if f.path not in have]
-    if not adds and not removes and current is not None and current.version >= parent:
+    result = write(ctx, RegisterPartition(manifest, gate))
+    if result.version is None:  # every listed file is already registered
+        current = lake.published(manifest.table)
         report.already_published = True
-        report.version = current.version
+        report.version = current.version if current is not None else None
         report.catalog = _pub_json(current)
-        report.cache = lake.gateway.refresh(manifest.table).to_json()
-        return report
-    evidence: dict[str, Any] = {
-        "operation": "publish", "table": manifest.table, "generation": manifest.generation,
-        "partition": {manifest.column: manifest.value}, "manifest_sha256": manifest.digest(), "parent": parent,
-        "files": [{"path": f.path, "size": f.size_bytes, "rows": f.records, "sha256": f.sha256}
-                  for f in manifest.files if f.path not in have],
-        "removed": [e.path for e in removes],
-    }
-    evidence["digest"] = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
-    version = _delta.commit(uri, lake.options, table=manifest.table, parent=parent, adds=adds, removes=removes,
-                            evidence=evidence, partition_by=[tdef.partition])
-    pub = lake.publish_version(manifest.table, version, digest=evidence["digest"], label=manifest.generation)
-    report.version = version
-    report.catalog = _pub_json(pub)
+    else:
+        report.version = result.version
+        report.catalog = _pub_json(result.publication)
+        report.added = [a.path for a in result.staged.adds]
+        report.removed = [e.path for e in result.staged.removes]
     report.cache = lake.gateway.refresh(manifest.table).to_json()
-    report.added = [a.path for a in adds]
-    report.removed = [e.path for e in removes]
     return report
 
 
-def _pub_json(pub: Any) -> dict[str, Any] | None:
+def _pub_json(pub: Publication | None) -> dict[str, Any] | None:
     if pub is None:
         return None
     return {"generation": pub.generation, "version": pub.version, "label": pub.label, "completed": pub.completed,

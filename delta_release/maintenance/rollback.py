@@ -14,23 +14,22 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from .. import _delta
-from ..apply.fold import partition_filter
+from ..commit.writer import Change, ExistingFile, Plan, partition_text, write
+from ..context import LakeContext, TableContext
 from ..erasure.lineage import Lineage, table_lineage
 from ..erasure.permission import exposing_entries, exposure_error
-from ..errors import GateError, InputError, StaleParentError
-from ..ingest import MAX_ATTEMPTS, discard_candidate, evidence_digest, partition_text
-from ..stage import gate_candidate, partition_dir, stage_partitions
-from ..stage.candidate import Candidate, file_stats
-
-if TYPE_CHECKING:
-    from ..lake import Lake
-
+from ..errors import GateError, InputError
+from ..evidence import FileRecord
+from ..stage import partition_dir
+from ..stage.candidate import file_stats
+from ..tables import DEFAULT_TABLE
+from ..views import partition_filter
 
 
 @dataclass(slots=True, kw_only=True)
@@ -55,10 +54,9 @@ class RollbackReport:
                 "stale_parents": self.stale_parents}
 
 
-def _regate(lake: Lake, table: str, entry: _delta.FileEntry, lineage: Lineage,
-            now_ms: int) -> tuple[_delta.FileAdd, dict[str, Any]]:
+def _regate(ctx: TableContext, entry: _delta.FileEntry, lineage: Lineage, now_ms: int) -> ExistingFile:
     """Check an existing file before it is committed again; return its add action and its evidence."""
-    store = lake.table_storage(table)
+    store = ctx.storage
     recorded = lineage.evidence.get(entry.path)
     pcol, pval = next(iter(entry.partition_values.items()))
 
@@ -81,88 +79,76 @@ def _regate(lake: Lake, table: str, entry: _delta.FileEntry, lineage: Lineage,
         raise fail("count_mismatch", f"expected {entry.num_records} rows, found {arrow.num_rows}")
     add = _delta.FileAdd(path=entry.path, size=size, partition_values={pcol: partition_text(pval)},
                          stats=file_stats(arrow), modification_time=now_ms)
-    evidence = dict(recorded) if recorded is not None else {
-        "path": entry.path, "size": size, "sha256": digest, "rows": arrow.num_rows,
-        "partition": {pcol: pval}, "min_partition": pval, "max_partition": pval, "distinct_keys": None}
-    return add, evidence
+    record = FileRecord.from_json(recorded) if recorded is not None else FileRecord(
+        path=entry.path, size=size, sha256=digest, rows=arrow.num_rows, partition={pcol: pval},
+        min_partition=pval, max_partition=pval)
+    return ExistingFile(add=add, record=record)
 
 
-def _erased_mask_keys(lake: Lake, frame: pl.DataFrame, key: str, subjects: set[str]) -> list[str]:
+def _erased_mask_keys(lake: LakeContext, frame: pl.DataFrame, key: str, subjects: set[str]) -> list[str]:
     return [k for k in frame[key].unique().drop_nulls().to_list() if lake.erasures.subject_key(k) in subjects]
 
 
-def rollback(lake: Lake, to: int, *, repair_forward: bool = False, table: str = "orders") -> RollbackReport:
-    tdef = lake.table_def(table)
-    uri = lake.table_uri(table)
-    pcol = tdef.partition
-    lake.recover_publication(table)
-    stale: list[dict[str, Any]] = []
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        parent = lake.latest_version(table)
-        assert parent is not None
+class RestorePlan(Plan):
+    """Version `to`'s content as a change on the latest parent (or its repair without erased subjects)."""
+
+    def __init__(self, lake: LakeContext, to: int, *, repair_forward: bool) -> None:
+        self.lake, self.to, self.repair_forward = lake, to, repair_forward
+        self.mode = "restore"
+        self.rows_dropped = 0
+        self.erased_subjects = 0
+        self.parent = -1
+
+    def build(self, ctx: TableContext, parent: int) -> Change:
+        lake, to, table, pcol = self.lake, self.to, ctx.name, ctx.table.partition
+        self.parent = parent
         if to < 0 or to >= parent:
             raise InputError(f"rollback target must be an earlier version of {table}: expected 0 to {parent - 1},"
                              f" found {to}", table=table, version=to, latest=parent)
         exposing = exposing_entries(lake, table, to)
-        if exposing and not repair_forward:
+        if exposing and not self.repair_forward:
             err = exposure_error(table, to, len(exposing), action="rolling back to")
             err.message += "; use --repair-forward to restore it without the erased subjects"
             err.args = (err.message,)
             raise err
-        mode = "repair-forward" if exposing else "restore"
-        report = RollbackReport(table=table, restored_to=to, version=None, mode=mode, parent=parent,
-                                erased_subjects=len(exposing), attempts=attempt, stale_parents=stale)
+        self.mode = "repair-forward" if exposing else "restore"
+        self.erased_subjects = len(exposing)
         lineage = table_lineage(lake, table)
-        target = _delta.file_entries(uri, lake.options, to)
-        current = {e.path: e for e in _delta.file_entries(uri, lake.options, parent)}
-        now_ms = int(lake.clock.now().timestamp() * 1000)
-
+        target = _delta.file_entries(ctx.uri, ctx.storage_options, to)
+        current = {e.path: e for e in _delta.file_entries(ctx.uri, ctx.storage_options, parent)}
         rewrite: list[Any] = []
         if exposing:
-            subjects = {e.subject for e in exposing}
             known = set().union(*(set(e.files or []) for e in exposing))
             all_known = all(e.done for e in exposing)
             rewrite = sorted({e.partition_values.get(pcol) for e in target if not all_known or e.path in known},
                              key=lambda d: (d is None, d or 0))
         kept = [e for e in target if e.partition_values.get(pcol) not in rewrite]
-        candidate: Candidate | None = None
+        partitions: dict[Any, pl.DataFrame] = {}
+        self.rows_dropped = 0
         if rewrite:
-            frame = (pl.scan_delta(uri, version=to, storage_options=lake.options or None)
-                     .filter(partition_filter(pcol, rewrite)).collect())
-            drop = _erased_mask_keys(lake, frame, tdef.key or "order_id", subjects)
-            clean = frame.filter(pl.col(tdef.key or "order_id").is_in(drop).not_())
-            report.rows_dropped = frame.height - clean.height
-            store = lake.table_storage(table)
-            candidate = stage_partitions(store, table=table, parent=parent, batch_ids=[], partition_column=pcol,
-                                         key=tdef.key or "order_id", file_schema=tdef.file_schema(),
-                                         partitions={d: clean.filter(partition_filter(pcol, [d])) for d in rewrite},
-                                         removes=[], now_ms=now_ms)
-        try:
-            if candidate is not None:
-                gate_candidate(lake.table_storage(table), candidate)
-            readds = [_regate(lake, table, e, lineage, now_ms) for e in kept if e.path not in current]
-            keep_paths = {e.path for e in kept}
-            removes = [e for p, e in sorted(current.items()) if p not in keep_paths]
-            adds = [a for a, _ in readds] + ([f.to_add() for f in candidate.files] if candidate else [])
-            files_ev = [ev for _, ev in readds] + ([f.public() for f in candidate.files] if candidate else [])
-            operation = "rollback" if mode == "restore" else "repair-forward"
-            evidence: dict[str, Any] = {
-                "operation": operation, "table": table, "parent": parent, "restored_to": to, "batch_ids": [],
-                "files": files_ev, "removed": [r.path for r in removes], "rows_dropped": report.rows_dropped,
-                "erased_subjects": len(exposing)}
-            evidence["digest"] = evidence_digest(evidence)
-            version = _delta.commit(uri, lake.options, table=table, parent=parent, adds=adds, removes=removes,
-                                    evidence=evidence, partition_by=[pcol])
-        except BaseException as exc:  # nothing of a failed attempt stays staged
-            if candidate is not None:
-                discard_candidate(lake, candidate)
-            if not isinstance(exc, StaleParentError):
-                raise
-            stale.append({"expected": exc.expected, "found": exc.found})
-            continue
-        lake.publish_version(table, version, digest=evidence["digest"])
-        report.version = version
-        report.files_added = [a.path for a in adds]
-        report.files_removed = [r.path for r in removes]
-        return report
-    raise StaleParentError(table, stale[-1]["expected"], stale[-1]["found"])
+            key = ctx.table.key or ""
+            frame = _delta.scan(ctx.uri, ctx.storage_options, to).filter(partition_filter(pcol, rewrite)).collect()
+            drop = _erased_mask_keys(lake, frame, key, {e.subject for e in exposing})
+            clean = frame.filter(pl.col(key).is_in(drop).not_())
+            self.rows_dropped = frame.height - clean.height
+            partitions = {d: clean.filter(partition_filter(pcol, [d])) for d in rewrite}
+        now_ms = ctx.now_ms()
+        existing = [_regate(ctx, e, lineage, now_ms) for e in kept if e.path not in current]
+        keep_paths = {e.path for e in kept}
+        removes = [e for p, e in sorted(current.items()) if p not in keep_paths]
+        return Change(operation="rollback" if self.mode == "restore" else "repair-forward", partitions=partitions,
+                      existing=existing, removes=removes,
+                      details={"restored_to": to, "rows_dropped": self.rows_dropped,
+                               "erased_subjects": self.erased_subjects})
+
+
+def rollback(lake: LakeContext, to: int, *, repair_forward: bool = False,
+             table: str = DEFAULT_TABLE) -> RollbackReport:
+    lake.table_def(table)
+    plan = RestorePlan(lake, to, repair_forward=repair_forward)
+    result = write(lake.table(table), plan)
+    return RollbackReport(table=table, restored_to=to, version=result.version, mode=plan.mode, parent=plan.parent,
+                          files_added=[a.path for a in result.staged.adds],
+                          files_removed=[r.path for r in result.staged.removes], rows_dropped=plan.rows_dropped,
+                          erased_subjects=plan.erased_subjects, attempts=result.attempts,
+                          stale_parents=[s.to_json() for s in result.stale_parents])
