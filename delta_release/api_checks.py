@@ -12,7 +12,7 @@ import polars as pl
 from .errors import InputError, SafetyError
 
 if TYPE_CHECKING:
-    from .lake import Lake
+    from .context import LakeContext as Lake  # the facade and the context below it both serve
 
 
 class UnknownSubjectError(SafetyError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from .. import __version__
 from .. import progress as show
 from ..clock import Clock, iso
 from ..lake import Lake
+from ..stats import p95
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
 from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
@@ -31,7 +31,7 @@ def _quiet(_: str) -> None:
 
 
 def _p95(samples: list[float]) -> float:
-    return statistics.quantiles(samples, n=20)[-1] if len(samples) >= 2 else (samples[0] if samples else 0.0)
+    return p95(samples)
 
 
 def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[str, float]:
@@ -80,7 +80,7 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    reports = []
+    reports: list[dict[str, Any]] = []
     for source in cfg.sources:
         tick(f"ingest {source.name}")
         with show.step(f"ingest {source.name} ({show.human_bytes(source.stat().st_size)})"):
@@ -109,8 +109,8 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     with show.step("planning times"):
         planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
-    for r in reports:
-        for k, v in r["reasons"].items():
+    for rep in reports:
+        for k, v in rep["reasons"].items():
             by_reason[k] = by_reason.get(k, 0) + v
     published_now = publication or previous
     packet: dict[str, Any] = {
@@ -185,7 +185,7 @@ def _version(pub: Any) -> int | None:
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:
-    from ..gateway.external import publish_manifest
+    from ..external.publish import publish_manifest
     from .checks import receive_manifest
 
     out = []

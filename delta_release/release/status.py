@@ -58,7 +58,7 @@ def erasure_status(lake: Lake) -> list[dict[str, Any]]:
     """Per erased subject (hash prefix only): what still holds it and when the last of it clears."""
     by_subject: dict[str, list[dict[str, Any]]] = {}
     for item in lake.erasure_pending():
-        by_subject.setdefault(item["subject"], []).append(item)
+        by_subject.setdefault(item["subject"], []).append(dict(item))
     out = []
     for subject, items in sorted(by_subject.items()):
         needs_vacuum = [i for i in items if i.get("kind") == "data_files"]
