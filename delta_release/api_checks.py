@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from . import _delta
 from .errors import InputError, SafetyError
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def require_seen(lake: Lake, order_id: str, table: str) -> None:
     key = lake.table_def(table).key
     latest = lake.latest_version(table)
     if key and latest is not None:
-        hits = (pl.scan_delta(lake.table_uri(table), version=latest, storage_options=lake.options or None)
+        hits = (_delta.scan(lake.table_uri(table), lake.options, latest)
                 .filter(pl.col(key) == order_id).select(pl.len()).collect().item())
         if hits:
             return

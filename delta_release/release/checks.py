@@ -245,14 +245,14 @@ def _current(lake: Lake, version: int | None) -> pl.DataFrame:
     """order_id, event_day and position of the current rows (tombstones excluded) at `version`."""
     if version is None:
         return pl.DataFrame(schema={"order_id": pl.String, "event_day": pl.Int64, "position": pl.Int64})
-    return (pl.scan_delta(lake.table_uri("orders"), version=version, storage_options=lake.options or None)
+    return (_delta.scan(lake.table_uri("orders"), lake.options, version)
             .filter(pl.col("deleted").not_()).select("order_id", "event_day", "position").collect())
 
 
 def _max_applied_position(lake: Lake, version: int | None) -> int | None:
     if version is None:
         return None
-    value = (pl.scan_delta(lake.table_uri("orders"), version=version, storage_options=lake.options or None)
+    value = (_delta.scan(lake.table_uri("orders"), lake.options, version)
              .select(pl.col("position").max()).collect().item())
     return None if value is None else int(value)
 
