@@ -1,4 +1,7 @@
-"""Table definitions (tables/*.yaml): name, kind, key, ordering column, partition column, columns."""
+"""Table definitions: name, kind, key, ordering column, partition column, columns.
+
+The YAML files live in `delta_release/table_defs/` and ship in the wheel as package data.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import yaml
 
 from .errors import ConfigError
 
-DEFAULT_TABLES_DIR = Path(__file__).resolve().parents[1] / "tables"
+DEFAULT_TABLES_DIR = Path(__file__).resolve().parent / "table_defs"
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
