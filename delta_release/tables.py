@@ -1,7 +1,4 @@
-"""Table definitions: name, kind, key, ordering column, partition column, columns.
-
-The YAML files live in `delta_release/table_defs/` and ship in the wheel as package data.
-"""
+"""Table definitions (tables/*.yaml): name, kind, key, ordering column, partition column, columns."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ import yaml
 
 from .errors import ConfigError
 
-DEFAULT_TABLES_DIR = Path(__file__).resolve().parent / "table_defs"
+DEFAULT_TABLES_DIR = Path(__file__).resolve().parent / "table_defs"  # package data: ships in the wheel
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
