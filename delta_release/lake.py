@@ -17,7 +17,8 @@ from .clock import Clock, SystemClock, iso
 from .erasure import ErasureLedger, load_key
 from .errors import InputError, NotFoundError
 from .faults import crash_point
-from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .gateway.catalog import Catalog, Publication
+from .gateway.lake_catalog import catalog_for
 from .quarantine import QuarantineLedger
 from .raw import RawStore
 from .storage import Storage
@@ -51,13 +52,7 @@ class Lake:
         if storage.is_local:
             storage.local_path().mkdir(parents=True, exist_ok=True)
         if catalog is None:
-            if storage.is_local:
-                catalog = SqliteCatalog(storage.local_path("_catalog/catalog.sqlite"))
-            elif os.environ.get(CATALOG_ENV):
-                catalog = SqliteCatalog(Path(os.environ[CATALOG_ENV]))
-            else:
-                raise InputError(f"an s3:// lake needs a catalog: pass catalog= or set {CATALOG_ENV}",
-                                 uri=storage.root)
+            catalog = catalog_for(storage)  # gateway/lake_catalog.py: lake-resident for s3://, env selects
         if freshness not in ("refresh", "error"):
             raise InputError(f"unknown freshness policy {freshness!r} (refresh or error)")
         lake = cls(storage, catalog=catalog, clock=clock or SystemClock(),
