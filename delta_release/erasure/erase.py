@@ -138,7 +138,7 @@ def erase_subject(lake: Lake, order_id: str, *, table: str = "orders",
     entry = existing if existing is not None else ErasureEntry(
         subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
     if existing is None:
-        ledger.write(entry)
+        entry = ledger.write(entry)  # create-only: a concurrent erasure's entry stands
     lake.recover_publication(table)
     _remove_subject(lake, table, tdef.key, order_id, report)
 
