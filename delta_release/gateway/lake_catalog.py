@@ -263,3 +263,51 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None) -> Catal
     if not storage.is_local or has_lake_catalog(storage):
         return LakeCatalog(storage)
     return SqliteCatalog(storage.local_path(SQLITE_PATH))
+
+
+def migrate_catalog(source: SqliteCatalog, target: LakeCatalog) -> dict[str, Any]:
+    """Copy every table entry and publication of `source` into `target`, create-only; idempotent.
+
+    Publications keep their generation numbers. A record already in `target` with the same content is
+    'present'; one with different content raises GenerationConflictError (nothing is overwritten). A table
+    whose lake-catalog location already differs keeps the lake's ('kept'). Ends by checking that every
+    table's current publication is the same in both catalogs.
+    """
+    import sqlite3
+
+    con = sqlite3.connect(source.path)
+    try:
+        names = sorted({str(r[0]) for r in con.execute("SELECT DISTINCT table_name FROM publications")}
+                       | {t.name for t in source.tables()})
+    finally:
+        con.close()
+    tables: list[dict[str, Any]] = []
+    publications: dict[str, dict[str, list[int]]] = {}
+    current: dict[str, dict[str, int] | None] = {}
+    for name in names:
+        entry = source.table(name)
+        if entry is not None:
+            there = target.table(name)
+            if there is None:
+                there = target.register(name, location=entry.location, kind=entry.kind)
+                action = "moved" if there == entry else "kept"
+            else:
+                action = "present" if there == entry else "kept"
+            tables.append({"name": name, "action": action, "location": there.location,
+                           **({"sqlite_location": entry.location} if there != entry else {})})
+        done: dict[str, list[int]] = {"moved": [], "present": []}
+        for pub in source.publications(name):
+            done[target.import_publication(pub)].append(pub.generation)
+        publications[name] = done
+        if done["moved"]:
+            target.point_current(name)
+        want, got = source.current(name), target.current(name)
+        if want is not None and (got is None or got.generation < want.generation):
+            raise CatalogFormatError(f"migration of {name} is incomplete: lake catalog at generation "
+                                     f"{None if got is None else got.generation}, SQLite at {want.generation}",
+                                     table=name)
+        current[name] = None if got is None else {"generation": got.generation, "version": got.version}
+    return {"source": str(source.path), "target": target.storage.uri(ROOT), "tables": tables,
+            "publications": publications, "current": current,
+            "moved": sum(len(p["moved"]) for p in publications.values()),
+            "present": sum(len(p["present"]) for p in publications.values())}
