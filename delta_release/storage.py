@@ -154,6 +154,16 @@ class Storage:
             with self.fs.open_output_stream(full) as out:
                 out.write(data)
 
+    def put(self, rel: str, data: bytes) -> None:
+        """Replace `rel` unconditionally; on S3 one single-part PUT (so its ETag is the MD5 of `data`,
+        comparable with the ETag of a create-only copy of the same bytes; pyarrow uploads multipart)."""
+        if self.is_local:
+            self.write_bytes(rel, data)
+            return
+        import obstore
+
+        obstore.put(self._obstore(), rel.strip("/"), data, mode="overwrite")
+
     def write_once(self, rel: str, data: bytes, *, mode: int | None = None) -> bool:
         """Create `rel` with `data` unless it exists. Returns True when this call created it.
 

@@ -89,6 +89,13 @@ class LakeCatalog:
                                                    "doc": "docs/catalog-format.md"}))
         self._marked = True
 
+    def _read(self, path: str) -> bytes:
+        """One GET (read_tagged; pyarrow's reader sends a HEAD first). Records are never deleted."""
+        got = self.storage.read_tagged(path)
+        if got is None:
+            raise CatalogFormatError(f"catalog object {path} was listed but cannot be read", path=path)
+        return got[0]
+
     # -- tables ----------------------------------------------------------------------------------
     @staticmethod
     def _check(name: str) -> str:
@@ -103,7 +110,7 @@ class LakeCatalog:
         if not records:
             return None
         path = records[-1].path
-        rec = _load(self.storage.read_bytes(path), path, TABLE_FORMAT)
+        rec = _load(self._read(path), path, TABLE_FORMAT)
         return _number(path), TableEntry(name=str(rec["name"]), location=str(rec["location"]),
                                          kind=str(rec["kind"]))
 
@@ -175,7 +182,7 @@ class LakeCatalog:
                 and newest.tag is not None and newest.tag == hint[1]):
             data = hint[0]  # the pointer is a byte copy of the newest record (same ETag)
         else:
-            data = self.storage.read_bytes(newest.path)
+            data = self._read(newest.path)
         return self._pub(_load(data, newest.path, PUBLICATION_FORMAT))
 
     def publications(self, name: str) -> list[Publication]:
@@ -209,7 +216,7 @@ class LakeCatalog:
 
     def _point(self, name: str, data: bytes) -> None:
         """Move the hint forward (best effort: a hint that lags only costs a longer listing)."""
-        self.storage.write_bytes(f"{CURRENT}/{name}.json", data)
+        self.storage.put(f"{CURRENT}/{name}.json", data)
 
     # -- migration -------------------------------------------------------------------------------
     def import_publication(self, pub: Publication) -> str:
