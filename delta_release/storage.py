@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -59,7 +60,10 @@ def _object_store(root_base: str, options: dict[str, str]) -> Any:
             config[key] = value
     config.setdefault("region", "us-east-1")
     client = {"allow_http": True} if _truthy(opts.get("AWS_ALLOW_HTTP")) else None
-    return S3Store(bucket, prefix=prefix or None, config=config, client_options=client)  # type: ignore[arg-type]
+    # object_store retries for up to 3 minutes by default; an unreachable store should fail in seconds
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+    return S3Store(bucket, prefix=prefix or None, config=config, client_options=client,  # type: ignore[arg-type]
+                   retry_config=retry)  # type: ignore[arg-type]
 
 
 def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
