@@ -65,7 +65,7 @@ def _race_key(uri: str, options: dict[str, str], barrier: Any, rounds: int, out:
     os.environ.pop(ENV_KEY, None)
     for r in range(rounds):
         st = Storage(f"{uri}/r{r}", options)
-        barrier.wait(timeout=120)
+        barrier.wait(timeout=600)
         out.put((r, load_key(st, create=True)))
 
 
@@ -79,7 +79,7 @@ def test_two_processes_racing_to_create_the_erasure_key_end_with_one_key(
     procs = [ctx.Process(target=_race_key, args=(uri, options, barrier, rounds, out)) for _ in range(2)]
     for p in procs:
         p.start()
-    got = [out.get(timeout=240) for _ in range(2 * rounds)]
+    got = [out.get(timeout=900) for _ in range(2 * rounds)]
     for p in procs:
         p.join(60)
     for r in range(rounds):

@@ -185,7 +185,7 @@ def test_threads_racing_to_register_all_see_one_entry(make_catalog: Factory) -> 
 def _process_publish(spec: dict[str, Any], barrier: Any, rounds: int, me: int, out: Any) -> None:
     cat = open_spec(spec)
     for r in range(rounds):  # round r: both processes expect generation r + 1
-        barrier.wait(timeout=120)
+        barrier.wait(timeout=600)
         version = 10 * r + me
         try:
             pub = cat.publish("t", expected_generation=r + 1, version=version, digest=f"d{version}",
@@ -193,7 +193,7 @@ def _process_publish(spec: dict[str, Any], barrier: Any, rounds: int, me: int, o
             out.put((r, "won", pub.generation, version))
         except GenerationConflictError as exc:
             out.put((r, "lost", exc.found, version))
-        barrier.wait(timeout=120)  # both have finished round r before either starts the next
+        barrier.wait(timeout=600)  # both have finished round r before either starts the next
 
 
 @pytest.mark.slow
@@ -210,7 +210,7 @@ def test_two_processes_racing_with_the_same_expected_generation_exactly_one_wins
     procs = [ctx.Process(target=_process_publish, args=(spec, barrier, rounds, i, out)) for i in range(2)]
     for p in procs:
         p.start()
-    results = sorted(out.get(timeout=240) for _ in range(2 * rounds))
+    results = sorted(out.get(timeout=900) for _ in range(2 * rounds))
     for p in procs:
         p.join(60)
     for r in range(rounds):
