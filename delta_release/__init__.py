@@ -8,9 +8,11 @@ from .errors import (
     GateError,
     GenerationConflictError,
     InputError,
+    LakeNotFoundError,
     ReconciliationError,
     SafetyError,
     StaleParentError,
+    VacuumedVersionError,
 )
 from .lake import Lake
 
@@ -18,6 +20,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
-    "GenerationConflictError", "InputError", "Lake", "ReconciliationError", "SafetyError",
-    "StaleParentError", "__version__",
+    "GenerationConflictError", "InputError", "Lake", "LakeNotFoundError", "ReconciliationError",
+    "SafetyError", "StaleParentError", "VacuumedVersionError", "__version__",
 ]

@@ -18,6 +18,7 @@ from .erasure import ErasureLedger, load_key
 from .errors import InputError, NotFoundError
 from .faults import crash_point
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .lakeroot import open_root
 from .quarantine import QuarantineLedger
 from .raw import RawStore
 from .storage import Storage
@@ -27,7 +28,7 @@ CATALOG_ENV = "DELTA_RELEASE_CATALOG"
 
 
 class Lake:
-    """A lake root. Create or open it with `Lake.open(uri)`."""
+    """A lake root. Open it with `Lake.open(uri)`; create it with `Lake.create(uri)`."""
 
     def __init__(self, storage: Storage, *, catalog: Catalog, clock: Clock, tables: dict[str, TableDef],
                  freshness: str = "refresh") -> None:
@@ -35,6 +36,7 @@ class Lake:
         self.catalog = catalog
         self.clock = clock
         self.tables = tables
+        self.created = False  # True when Lake.open(create=True) made this lake
         self.raw = RawStore(storage)
         self.quarantine = QuarantineLedger(storage)
         self.erasures = ErasureLedger(storage, load_key(storage, create=True))
@@ -45,11 +47,11 @@ class Lake:
     @classmethod
     def open(cls, uri: str | os.PathLike[str] = "lake", *, storage_options: dict[str, str] | None = None,
              clock: Clock | None = None, tables_dir: Path | None = None, catalog: Catalog | None = None,
-             freshness: str = "refresh") -> Lake:
-        """Open the lake at `uri`, creating its layout (and the orders table, version 0) if new."""
+             freshness: str = "refresh", create: bool = False) -> Lake:
+        """Open the lake at `uri`; `create=True` creates its layout (and the orders table, version 0) if
+        new, else a URI that holds no lake raises LakeNotFoundError and nothing is written (lakeroot.py)."""
         storage = Storage(os.fspath(uri), storage_options)
-        if storage.is_local:
-            storage.local_path().mkdir(parents=True, exist_ok=True)
+        created = open_root(storage, create=create)
         if catalog is None:
             if storage.is_local:
                 catalog = SqliteCatalog(storage.local_path("_catalog/catalog.sqlite"))
@@ -69,7 +71,13 @@ class Lake:
                             [orders.partition], name="orders")
         if lake.catalog.current("orders") is None:
             lake.publish_version("orders", 0, digest="empty")
+        lake.created = created
         return lake
+
+    @classmethod
+    def create(cls, uri: str | os.PathLike[str] = "lake", **kw: Any) -> Lake:
+        """Open the lake at `uri`, creating it when the URI holds none (`Lake.open(uri, create=True)`)."""
+        return cls.open(uri, create=True, **kw)
 
     # -- locations -------------------------------------------------------------------------------
     def default_location(self, table: TableDef) -> str:

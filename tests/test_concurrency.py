@@ -97,7 +97,7 @@ def assert_parent_chain(lake: dr.Lake) -> None:
 @pytest.mark.slow
 def test_four_writers_and_a_duplicate_race(tmp_path: Path) -> None:
     lake_dir = tmp_path / "lake"
-    dr.Lake.open(lake_dir)
+    dr.Lake.create(lake_dir)
     batches = make_batches(4, seed=8)
     files = []
     for i, b in enumerate(batches):

@@ -24,7 +24,9 @@ def _batch_text(r: dict[str, Any]) -> str:
 @command_options
 def ingest(opts: Options, batch: Path) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
-    report = open_lake(opts).ingest(batch).to_json()
+    if not batch.is_file():  # before the lake is opened: a bad argument creates nothing
+        raise InputError(f"batch file not found: {batch}", path=str(batch))
+    report = open_lake(opts, create=True).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 
 
