@@ -25,7 +25,7 @@ def build(lake_path: Path, files: int, hour: int = 7) -> Path:
     from delta_release.gateway.producer import produce_hour, upload, write_manifest
     from delta_release.lake import Lake
 
-    lake = Lake.open(lake_path)
+    lake = Lake.create(lake_path)
     ensure_table(lake, "telemetry")
     manifest, objects = produce_hour(hour, f"bench-{files}", files=files, rows=4)
     upload(lake.table_storage("telemetry"), objects)

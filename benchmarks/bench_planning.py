@@ -22,7 +22,7 @@ def build(lake_path: Path | str, hours: int, files_per_hour: int, **open_kw: Any
     from delta_release.gateway.producer import produce_hour, upload
     from delta_release.lake import Lake
 
-    lake = Lake.open(lake_path, **open_kw)
+    lake = Lake.create(lake_path, **open_kw)
     for hour in range(hours):
         doc, objects = produce_hour(hour, f"gen-{hour}", files=files_per_hour, rows=50)
         from delta_release.gateway.external import ensure_table

@@ -144,7 +144,7 @@ def build_ours(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
     from delta_release.lake import Lake
     from delta_release.publish import gate_candidate, stage_partitions
 
-    lake = Lake.open(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
+    lake = Lake.create(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
     tdef = lake.tables["orders"]
     uri = lake.table_uri("orders")
     parent = lake.latest_version("orders")

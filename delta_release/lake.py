@@ -15,6 +15,7 @@ import polars as pl
 from . import _delta
 from .clock import Clock, SystemClock, iso
 from .erasure import ErasureLedger, load_key
+from .erasure.vacuumlog import missing_files_error
 from .errors import InputError, NotFoundError
 from .faults import crash_point
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
@@ -170,7 +171,13 @@ class Lake:
         return self.gateway.scan(table, version, include_tombstones=include_tombstones)
 
     def read(self, table: str = "orders", version: int | None = None) -> pl.DataFrame:
-        return self.scan(table, version).collect()
+        try:
+            return self.scan(table, version).collect()
+        except OSError as exc:  # files gone from storage: VacuumedVersionError (erasure/vacuumlog.py)
+            err = missing_files_error(self, table, version, exc)
+            if err is exc:
+                raise
+            raise err from exc
 
     def history(self, table: str = "orders") -> list[dict[str, Any]]:
         from .history import table_history

@@ -27,6 +27,7 @@ from ..publish import gate_candidate, partition_dir, stage_partitions
 from ..publish.candidate import Candidate, file_stats
 from .lineage import Lineage, table_lineage
 from .permission import exposing_entries, exposure_error
+from .vacuumlog import check_readable
 
 if TYPE_CHECKING:
     from ..lake import Lake
@@ -103,6 +104,7 @@ def rollback(lake: Lake, to: int, *, repair_forward: bool = False, table: str = 
         if to < 0 or to >= parent:
             raise InputError(f"rollback target must be an earlier version of {table}: expected 0 to {parent - 1},"
                              f" found {to}", table=table, version=to, latest=parent)
+        check_readable(lake, table, to, action="rolling back to")  # vacuumed: nothing left to restore
         exposing = exposing_entries(lake, table, to)
         if exposing and not repair_forward:
             err = exposure_error(table, to, len(exposing), action="rolling back to")

@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 
 from .lineage import table_lineage
 from .permission import snapshot_allowed
+from .vacuumlog import record_vacuum
 
 if TYPE_CHECKING:
     from ..lake import Lake
@@ -44,6 +45,7 @@ class VacuumReport:
     kept: list[dict[str, Any]] = field(default_factory=list)
     kept_current: int = 0
     bytes_removed: int = 0
+    vacuum_id: str | None = None  # the record of this run under _vacuum/ (vacuumlog.py), when it removed files
 
     def to_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -54,7 +56,8 @@ class VacuumReport:
                 "needed_versions": {str(v): r for v, r in sorted(self.needed_versions.items())},
                 "refused_versions": self.refused_versions, "removed": self.removed,
                 "removed_by_reason": dict(sorted(counts.items())), "kept": self.kept,
-                "kept_current": self.kept_current, "bytes_removed": self.bytes_removed}
+                "kept_current": self.kept_current, "bytes_removed": self.bytes_removed,
+                "vacuum_id": self.vacuum_id}
 
 
 def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None]]:
@@ -128,6 +131,8 @@ def vacuum_table(lake: Lake, *, table: str = "orders", apply: bool = False,
     report.removed.sort(key=lambda r: (r["reason"] != "erased_subject", r["path"]))
     report.bytes_removed = sum(r["size"] for r in report.removed)
     if apply:
+        record = record_vacuum(lake, table, lineage, [r["path"] for r in report.removed])
+        report.vacuum_id = None if record is None else record["vacuum"]
         store = lake.table_storage(table)
         for item in report.removed:
             store.delete(item["path"])
