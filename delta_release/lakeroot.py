@@ -59,6 +59,8 @@ def open_root(storage: Storage, *, create: bool) -> bool:
     Without `create`, a root that holds no lake is refused; with it, a local root is made a directory
     (an existing non-directory, such as /dev/null, is refused either way).
     """
+    if not storage.is_local and not storage.root.removeprefix("s3://").strip("/"):
+        raise InputError("an s3:// lake URI needs a bucket: s3://<bucket>[/<prefix>]", uri=storage.root)
     if storage.is_local:
         root = storage.local_path()
         if root.exists() and not root.is_dir():

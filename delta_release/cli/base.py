@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import DeltaReleaseError
+from ..errors import DeltaReleaseError, InputError
 
 
 @dataclass(slots=True)
@@ -96,6 +96,8 @@ def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     from ..errors import LakeNotFoundError
     from ..lake import Lake
 
+    if not opts.lake.strip():  # Path("") is the current directory: never a lake by accident
+        raise InputError("--lake must not be empty", argument="--lake")
     if opts.lake.startswith("s3://") and "storage_options" not in kw:
         kw["storage_options"] = {k: os.environ[k] for k in S3_ENV if k in os.environ}
     try:

@@ -25,7 +25,8 @@ def _batch_text(r: dict[str, Any]) -> str:
 def ingest(opts: Options, batch: Path) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
     if not batch.is_file():  # before the lake is opened: a bad argument creates nothing
-        raise InputError(f"batch file not found: {batch}", path=str(batch))
+        what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
+        raise InputError(f"batch file {what}: {batch}", path=str(batch))
     report = open_lake(opts, create=True).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 

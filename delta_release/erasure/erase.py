@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ..apply.fold import partition_filter
+from ..arguments import finite
 from ..clock import iso
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError, StaleParentError
@@ -127,6 +128,9 @@ def erase_subject(lake: Lake, order_id: str, *, table: str = "orders",
                   backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
     """Erase one subject (an order id) from `table`; see the module docstring for the steps."""
     order_id = _check_id(order_id)
+    raw_retention_days = finite("raw_retention_days", raw_retention_days)
+    if backup_expiry_days is not None:
+        backup_expiry_days = finite("backup_expiry_days", backup_expiry_days)
     tdef = lake.table_def(table)
     if not tdef.key:
         raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)

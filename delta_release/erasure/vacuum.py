@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
+from ..arguments import finite
+from ..errors import InputError
 from .lineage import table_lineage
 from .permission import snapshot_allowed
 from .vacuumlog import record_vacuum
@@ -82,6 +84,11 @@ def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None
 def vacuum_table(lake: Lake, *, table: str = "orders", apply: bool = False,
                  retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
                  orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
+    replay_horizon_hours = finite("replay_horizon_hours", replay_horizon_hours)
+    orphan_grace_hours = finite("orphan_grace_hours", orphan_grace_hours)
+    if isinstance(retain_versions, bool) or not isinstance(retain_versions, int) or retain_versions < 0:
+        raise InputError(f"retain_versions must be an integer >= 0, found {retain_versions!r}",
+                         argument="retain_versions")
     lineage = table_lineage(lake, table)
     latest = lineage.latest
     pub = lake.published(table)

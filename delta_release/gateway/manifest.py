@@ -150,6 +150,10 @@ def load_manifest(path: str | os.PathLike[str], tables: dict[str, TableDef]) -> 
         doc = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"manifest {p}: not valid JSON ({exc})", file=str(p)) from exc
+    except RecursionError:  # e.g. 100,000 nested arrays: no manifest is nested more than 3 levels
+        raise InputError(f"manifest {p}: nested too deeply to be a manifest", file=str(p)) from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise InputError(f"manifest {p}: not a valid manifest value ({exc})", file=str(p)) from None
     return parse_manifest(doc, source=str(p), tables=tables)
 
 
