@@ -5,7 +5,7 @@ the same way from the CLI (a click type: a one-line usage error naming the optio
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,7 +23,13 @@ def finite(name: str, value: float, *, minimum: float = 0.0) -> float:
     return number
 
 
-class FiniteFloat(click.ParamType[float, Any]):
+if TYPE_CHECKING:  # generic since click 8.2; pyproject allows 8.1, so subscript only for the checker
+    _ParamType = click.ParamType[float, Any]
+else:
+    _ParamType = click.ParamType
+
+
+class FiniteFloat(_ParamType):
     """A click option type: a finite float >= minimum (click's own FloatRange lets nan through)."""
 
     name = "number"

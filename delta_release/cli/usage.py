@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-_NoArgsIsHelp: type[Exception] = click.exceptions.NoArgsIsHelpError  # click >= 8.2
+# click >= 8.2 raises this for a bare group (its help); older click prints the help itself
+_NoArgsIsHelp: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", type("_Never", (Exception,), {}))
 
 
 class OneLineUsageError(click.ClickException):
