@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delta_release.gateway.filecheck import LazyStats, SchemaCheck, footer_stats_json, inspect_files
-from delta_release.publish.candidate import footer_stats
+from delta_release.external.filecheck import LazyStats, SchemaCheck, footer_stats_json, inspect_files
+from delta_release.stage.candidate import footer_stats
 from delta_release.storage import Storage
 
 SCHEMA = pa.schema([("sensor_id", pa.string()), ("ts_ms", pa.int64()), ("reading", pa.float64())])

@@ -29,7 +29,7 @@ from .lineage import Lineage, merge_ranges
 from .permission import snapshot_allowed
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext as Lake
 
 PREFIX = "_vacuum"
 

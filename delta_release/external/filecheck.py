@@ -8,7 +8,7 @@ with the Python work per file cut to what the gate needs.
 - The schema is converted to Arrow once per distinct parquet schema, not once per file.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
   with row groups and column chunks fetched once (the same document as
-  `publish.candidate.footer_stats`, which stays the reference).
+  `stage.candidate.footer_stats`, which stays the reference).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..publish.candidate import STATS_COLUMNS
+from ..stage.candidate import STATS_COLUMNS
 from ..storage import Storage
 
 try:  # the reader under pq.ParquetFile; fall back to the public API if a pyarrow release moves it
@@ -131,7 +131,7 @@ class SchemaCheck:
 
 
 def footer_stats_json(meta: pq.FileMetaData, names: list[str]) -> str | None:
-    """`publish.candidate.footer_stats(meta)` for a file whose columns are `names` (checked schema)."""
+    """`stage.candidate.footer_stats(meta)` for a file whose columns are `names` (checked schema)."""
     groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
     groups = [(rg, rg.num_rows) for rg in groups if rg.num_rows != 0]
     mins: dict[str, Any] = {}

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.fs as pafs
 
 from ..arguments import finite
+from ..erasure.lineage import table_lineage
+from ..erasure.permission import snapshot_allowed
+from ..erasure.vacuumlog import record_vacuum
 from ..errors import InputError
-from .lineage import table_lineage
-from .permission import snapshot_allowed
-from .vacuumlog import record_vacuum
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 RETAIN_VERSIONS = 10
 REPLAY_HORIZON_HOURS = 168.0
@@ -62,7 +62,7 @@ class VacuumReport:
                 "vacuum_id": self.vacuum_id}
 
 
-def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None]]:
+def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime | None]]:
     """(path, size, modified) of every file in the table directory outside the Delta log."""
     store = lake.table_storage(table)
     base = store.uri().removeprefix("s3://") if not store.is_local else store.root
@@ -81,7 +81,7 @@ def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None
     return sorted(out)
 
 
-def vacuum_table(lake: Lake, *, table: str = "orders", apply: bool = False,
+def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = False,
                  retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
                  orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
     replay_horizon_hours = finite("replay_horizon_hours", replay_horizon_hours)
