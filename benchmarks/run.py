@@ -191,19 +191,22 @@ def bench_gate(scale: Scale, skip: set[str]) -> dict[str, Any]:
             continue
         r = res.data
         out["runs"][n] = r
-        ratio = r["gate_s"] / r["listing_s"]
-        target = ("<= 2x the listing" + (" (met)" if ratio <= 2 else " (NOT met)")) if n == scale.gate_main else ""
-        rows.append(("gate", f"manifest gate vs listing, {n:,} files (ok={r['gate_ok']})",
-                     f"{r['gate_s'] * 1000:,.0f} ms vs {r['listing_s'] * 1000:,.1f} ms "
-                     f"({r['gate_s'] / n * 1e6:.0f} us/file; peak {r['maxrss_mb']:.0f} MiB)",
-                     f"gate/listing = {ratio:.1f}x", target))
+        ratio = r["gate_s"] / r["hash_floor_s"]
+        met = " (met)" if ratio <= 2 else " (NOT met)"
+        target = ("<= 2x the hashing floor" + met) if n == scale.gate_main else ""
+        rows.append(("gate", f"manifest gate vs hashing floor vs listing, {n:,} files (ok={r['gate_ok']})",
+                     f"{r['gate_s'] * 1000:,.0f} ms vs {r['hash_floor_s'] * 1000:,.0f} ms vs "
+                     f"{r['listing_s'] * 1000:,.1f} ms ({r['gate_s'] / n * 1e6:.0f} us/file; peak "
+                     f"{r['maxrss_mb']:.0f} MiB)",
+                     f"gate/floor = {ratio:.2f}x, gate/listing = {r['gate_s'] / r['listing_s']:.1f}x", target))
         chart["gate"].append(r["gate_s"])
         chart["listing"].append(r["listing_s"])
         files_done.append(n)
-        log(f"  gate {n:>7,} files: gate {r['gate_s']:.3f}s listing {r['listing_s']:.4f}s")
+        log(f"  gate {n:>7,} files: gate {r['gate_s']:.3f}s floor {r['hash_floor_s']:.3f}s"
+            f" listing {r['listing_s']:.4f}s")
     notes = ["The gate reads every file (sha256 of the bytes, parquet footer for the record count and schema); "
-             "a listing only names objects and sizes, so the gap is the price of checking content, and it grows "
-             "linearly with the file count on both sides."]
+             "a listing only names objects and sizes. The hashing floor reads and sha256s the same files in one "
+             "process on every core: the gate cannot be faster than that, and the target is within 2x of it."]
     return {**out, "rows": rows, "chart": chart, "files": files_done, "notes": notes}
 
 

@@ -23,7 +23,7 @@ def clock() -> FixedClock:
 
 @pytest.fixture
 def lake(tmp_path: Path, clock: FixedClock) -> dr.Lake:
-    return dr.Lake.open(tmp_path / "lake", clock=clock)
+    return dr.Lake.create(tmp_path / "lake", clock=clock)
 
 
 def jsonl(events: list[dict[str, Any]]) -> bytes:

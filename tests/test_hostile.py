@@ -109,7 +109,7 @@ def test_at_least_ten_thousand_generated_lines_are_accounted_for() -> None:
 def test_generated_batches_through_ingest(batches: list[list[bytes]]) -> None:
     """Decode -> quarantine -> apply -> commit: the ledger reconciles and the view is the reference fold."""
     with tempfile.TemporaryDirectory() as tmp:
-        lake = dr.Lake.open(Path(tmp) / "lake")
+        lake = dr.Lake.create(Path(tmp) / "lake")
         accepted: list[dict[str, Any]] = []
         for lines in batches:
             data = b"".join(line + b"\n" for line in lines)
