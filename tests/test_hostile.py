@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 import delta_release as dr
 from delta_release.apply import reference_fold
 from delta_release.contract import decode_batch
+from delta_release.contract.decode import split_lines
+from delta_release.contract.lines import MAX_LINE_BYTES
 from delta_release.contract.reasons import REASON_CODES
 
 MAX_DETAIL = 200
@@ -81,11 +83,18 @@ def check_decoded(lines: list[bytes], data: bytes) -> dr.contract.DecodedBatch: 
     assert len(set(rejected_lines)) == len(rejected_lines)
     assert accepted_lines.isdisjoint(rejected_lines)
     assert accepted_lines | set(rejected_lines) == set(range(1, len(lines) + 1))
+    split = split_lines(data)
     for r in decoded.rejects:
         assert r.reason.value in REASON_CODES
         assert r.detail and len(r.detail) <= MAX_DETAIL
         assert "ord-" not in r.detail  # a detail never echoes the payload (subject ids included)
-        assert r.raw is not None
+        assert r.offset is not None and r.length is not None
+        assert data[r.offset:r.offset + r.length] == split[r.line - 1]  # (offset, length) point at the line
+        if r.length > MAX_LINE_BYTES:  # never held whole: no text, the detail names length and limit
+            assert r.raw is None and r.reason.value == "bad_value"
+            assert f"{r.length} bytes" in r.detail and str(MAX_LINE_BYTES) in r.detail
+        else:
+            assert r.raw == split[r.line - 1].decode("utf-8", errors="backslashreplace")
     return decoded
 
 
@@ -199,5 +208,6 @@ def test_every_hand_made_line_in_one_ingest(lake: dr.Lake) -> None:
         (i, HAND_MADE[n][1]) for i, n in enumerate(names, start=1) if HAND_MADE[n][1] is not None]
     assert all(len(r["detail"]) <= MAX_DETAIL for r in rows)
     huge = next(r for r in rows if r["line"] == names.index("huge_line") + 1)
-    assert len(huge["raw"]) > 5_000_000  # kept for the operator, unlike the detail
+    # over the line limit: never held whole, so no text in the ledger; the raw batch keeps the bytes
+    assert huge["raw"] is None and "over the 1048576-byte line limit" in huge["detail"]
     assert lake.read()["order_id"].to_list() == ["ord-h1"]
