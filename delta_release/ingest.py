@@ -13,12 +13,12 @@ import polars as pl
 from . import _delta
 from .apply import plan_apply
 from .apply.fold import read_rows_from
-from .contract import DecodedBatch, Reason, Reject, decode_batch
+from .contract import DecodedBatch, Reason, Reject
 from .contract.decode import count_reasons
+from .contract.source import BytesBatch, FileBatch, as_batch
 from .errors import GateError, ReconciliationError, StaleParentError
 from .faults import crash_point, crash_window
 from .publish import Candidate, gate_candidate, stage_partitions
-from .raw import batch_id_of
 
 if TYPE_CHECKING:
     from .lake import Lake
@@ -167,14 +167,13 @@ def discard_candidate(lake: Lake, candidate: Candidate) -> None:
         store.delete(f.path)
 
 
-def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = "orders",
-                 publish: bool = True) -> IngestReport:
+def ingest_batch(lake: Lake, data: bytes | FileBatch | BytesBatch, *, replay: bool = False,
+                 table: str = "orders", publish: bool = True) -> IngestReport:
     """Ingest one batch. With publish=False (a release run) the commit lands but the catalog is left to
     the run's ship decision, and crash recovery will not publish it either."""
-    decoded = decode_batch(data)
-    batch_id = batch_id_of(data)
-    lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
-                 received=lake.clock.now())
+    batch = as_batch(data)  # a file batch was decoded while streaming (contract/source.py)
+    decoded, batch_id = batch.decoded, batch.batch_id
+    batch.store(lake.raw, received=lake.clock.now())
     crash_point("ingest.after_raw")
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
@@ -195,7 +194,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
                                      publication="immediate" if publish else "deferred")
         conflicts = prepared.plan.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
-                                   raw=_line_text(data, c.line), order_id=c.order_id) for c in conflicts]
+                                   raw=batch.line_text(c.line), order_id=c.order_id) for c in conflicts]
         rejects = sorted([*_forget_erased(lake, decoded.rejects), *blocked, *conflict_rejects],
                          key=lambda r: r.line)
         accepted = events.height - len(conflicts)

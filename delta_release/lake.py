@@ -195,8 +195,7 @@ class Lake:
         return pending_all(self, **kw)
 
 
-def _read_source(path: str | os.PathLike[str]) -> bytes:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"batch file not found: {p}", path=str(p))
-    return p.read_bytes()
+def _read_source(path: str | os.PathLike[str]) -> Any:
+    from .contract.source import read_batch_file  # streamed: hashed and decoded in bounded chunks
+
+    return read_batch_file(path)

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +56,7 @@ def summary(batch):  # type: ignore[no-untyped-def]
             batch.schema_versions)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(lines(), min_size=1, max_size=40), st.booleans())
 def test_fast_and_strict_paths_agree(batch: list[bytes], valid_only: bool) -> None:
     if valid_only:  # also exercise batches the vectorised path accepts as a whole

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from conftest import examples
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import delta_release as dr
@@ -98,7 +99,8 @@ def check_decoded(lines: list[bytes], data: bytes) -> dr.contract.DecodedBatch: 
     return decoded
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(100), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.tuples(line_bytes, endings), min_size=100, max_size=130))
 def _generated_batches(lines: list[tuple[bytes, bytes]]) -> None:
     data = b"".join(line + end for line, end in lines)
@@ -112,9 +114,11 @@ def test_at_least_ten_thousand_generated_lines_are_accounted_for() -> None:
     assert SEEN["lines"] >= 10_000
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(8, fuzz=300), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.lists(st.one_of(events().map(_encode), line_bytes), min_size=1, max_size=25),
                 min_size=1, max_size=3))
+@example(batches=[[b"{}"]])  # issue 17: the vectorised path crashed on a batch whose only line is {} (exit 1)
 def test_generated_batches_through_ingest(batches: list[list[bytes]]) -> None:
     """Decode -> quarantine -> apply -> commit: the ledger reconciles and the view is the reference fold."""
     with tempfile.TemporaryDirectory() as tmp:

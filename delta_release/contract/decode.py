@@ -19,7 +19,7 @@ import polars as pl
 
 from . import fast
 from .fast import EVENT_SCHEMA
-from .lines import Chunk, LongLine, iter_chunks
+from .lines import CHUNK_BYTES, Chunk, LongLine, iter_chunks
 from .lines import max_line_bytes as line_limit
 from .reasons import Reason
 
@@ -409,11 +409,11 @@ def decode_chunks(items: Iterable[Chunk | LongLine], read: Callable[[int, int], 
     return decoder.finish(read)
 
 
-def decode_stream(reader: BinaryIO, read: Callable[[int, int], bytes], *,
-                  max_line_bytes: int | None = None) -> DecodedBatch:
+def decode_stream(reader: BinaryIO, read: Callable[[int, int], bytes], *, max_line_bytes: int | None = None,
+                  chunk_bytes: int = CHUNK_BYTES) -> DecodedBatch:
     """Decode a batch read from `reader` in bounded chunks; `read(offset, length)` re-reads a line."""
     limit = line_limit(max_line_bytes)
-    return decode_chunks(iter_chunks(reader, max_line=limit), read, max_line=limit)
+    return decode_chunks(iter_chunks(reader, max_line=limit, chunk_bytes=chunk_bytes), read, max_line=limit)
 
 
 def decode_batch(data: bytes, *, max_line_bytes: int | None = None) -> DecodedBatch:

@@ -63,11 +63,17 @@ class LongLine:
 
 def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk | LongLine]:
     """Chunks and over-long lines, in line order. Memory: about chunk_bytes + max_line at a time."""
-    block_size = max(chunk_bytes, 1 << 16)
-    first = reader.read(block_size)
+    block_size = max(chunk_bytes, 1)
+    first = reader.read(max(block_size, len(BOM)))
+    while 0 < len(first) < len(BOM):  # a short read: the BOM check needs three bytes
+        more = reader.read(len(BOM) - len(first))
+        if not more:
+            break
+        first += more
     pos = 0  # batch offset of the first byte of `carry`
     if first.startswith(BOM):
         first, pos = first[len(BOM):], len(BOM)
+        first = first or reader.read(block_size)
     line = 1
     carry = b""
     skipping: list[int] | None = None  # [line, offset, bytes so far, last byte was '\r']
@@ -78,15 +84,14 @@ def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYT
             if nl < 0:
                 skipping[2] += len(block)
                 skipping[3] = block.endswith(b"\r")
-                pos += len(block)
                 block = reader.read(block_size)
                 continue
             length = skipping[2] + nl
+            pos = skipping[1] + length + 1  # the next line starts after this one's '\n'
             if (block[nl - 1:nl] == b"\r") if nl else skipping[3]:
                 length -= 1
             yield LongLine(skipping[0], skipping[1], length)
             line, skipping = line + 1, None
-            pos += nl + 1
             block = block[nl + 1:]
             if not block:
                 block = reader.read(block_size)
