@@ -22,7 +22,7 @@ from ..storage import Storage
 from .inventory import check_inventory
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 # Polars decodes INT96 timestamps as nanoseconds since the epoch, which only span these instants.
 NS_MIN = dt.datetime(1677, 9, 21, 0, 12, 43, 145225, tzinfo=dt.UTC)
@@ -123,14 +123,14 @@ def read_duckdb_delta(uri: str, version: int) -> pl.DataFrame:
         con.close()
 
 
-def scan_registered(lake: Lake, table: str, version: int | None) -> pl.LazyFrame:
+def scan_registered(lake: LakeContext, table: str, version: int | None) -> pl.LazyFrame:
     """Resolve through the gateway, re-check the version's inventory, then read with an engine that is right."""
     uri, version = lake.gateway.resolve(table, version)
     storage = Storage(uri, lake.options)
     check_inventory(storage, version, unreferenced=False).raise_for_failure(table)
     reasons = polars_limits(storage, version)
     if not reasons:
-        return pl.scan_delta(uri, version=version, storage_options=lake.options or None)
+        return _delta.scan(uri, lake.options, version)
     if not duckdb_delta_available():
         raise UnreadableTableError(table, version, reasons)
     return read_duckdb_delta(uri, version).lazy()
@@ -143,7 +143,7 @@ def reader_for(storage: Storage, version: int) -> dict[str, Any]:
     return {"engine": engine, "polars_limits": reasons}
 
 
-def read_registered(lake: Lake, table: str, version: int | None, *, engine: str) -> tuple[pl.DataFrame, str]:
+def read_registered(lake: LakeContext, table: str, version: int | None, *, engine: str) -> tuple[pl.DataFrame, str]:
     """Read a registered table with the engine asked for; returns the rows and the engine that read them.
 
     `polars` may still be answered by DuckDB's delta extension where Polars would be wrong (the reasons are
