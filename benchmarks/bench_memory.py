@@ -94,8 +94,8 @@ def measure(size: int, *, keep: bool = False, log: Any = None) -> dict[str, Any]
             res = run_child("benchmarks.bench_memory", "run", step, str(path), str(root / "lake"), timeout=7200)
             out["runs"][f"{kind}|{step}"] = {"ok": res.ok, "error": res.error, **res.data}
             if log:
-                log(f"  memory {kind:<5} {step:<6} " + (f"{res.data['seconds']:.1f}s peak {res.data['maxrss_mb']:.0f} MiB"
-                                                        if res.ok else f"FAILED {res.error}"))
+                done = f"{res.data['seconds']:.1f}s peak {res.data['maxrss_mb']:.0f} MiB" if res.ok else ""
+                log(f"  memory {kind:<5} {step:<6} " + (done or f"FAILED {res.error}"))
         if not keep and size >= 1 << 30:
             path.unlink()
     shutil.rmtree(root / "lake", ignore_errors=True)
