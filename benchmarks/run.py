@@ -17,7 +17,7 @@ from typing import Any
 from . import report
 from ._common import BENCH, SCALES, Scale, data_dir, link_copy, machine, median, run_child, versions
 
-SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "engines")
+SECTIONS = ("apply", "decode", "memory", "audit", "gate", "planning", "catalog", "engines")
 
 
 def log(msg: str) -> None:
@@ -132,6 +132,20 @@ def bench_decode(scale: Scale, skip: set[str]) -> dict[str, Any]:
              "duplicate keys and 7350.0-style amounts are not distinguished, and one malformed line fails the "
              "whole read (no per-line quarantine). Ours accounts for every line with a reason code."]
     return {"results": res, "rows": rows, "chart": chart, "lines": scale.decode_lines, "notes": notes}
+
+
+# -- 2b. memory on hostile sizes (issue 17.4) ------------------------------------------------------------
+
+MEMORY_SIZES = {"micro": "1M", "tiny": "8M", "small": "32M", "full": "256M"}
+MEMORY_SIZE: dict[str, str] = {}  # --memory-size
+
+
+def bench_memory(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    from . import bench_memory as bm
+
+    size = bm.parse_size(MEMORY_SIZE.get("size") or MEMORY_SIZES.get(scale.name, "64M"))
+    res = bm.measure(size, log=log)
+    return {"result": res, "rows": bm.rows(res)}
 
 
 # -- 3. audit pruning ---------------------------------------------------------------------------------------
@@ -334,7 +348,7 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
 # -- the run ---------------------------------------------------------------------------------------------
 
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
-    "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
+    "apply": bench_apply, "decode": bench_decode, "memory": bench_memory, "audit": bench_audit, "gate": bench_gate,
     "planning": bench_planning, "catalog": bench_catalog, "engines": bench_engines,
 }
 
@@ -351,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=None,
                     help="where to write the markdown (default benchmarks/RESULTS.md at full scale, "
                          "benchmarks/data/<scale>/RESULTS.md otherwise)")
+    ap.add_argument("--memory-size", default="", help="file size for the memory section (e.g. 2G; default by scale)")
     args = ap.parse_args(argv)
+    if args.memory_size:
+        MEMORY_SIZE["size"] = args.memory_size
     scale = SCALES[args.scale]
     md_path = args.results or (BENCH / "RESULTS.md" if scale.name == "full" else data_dir(scale) / "RESULTS.md")
     if args.render:

@@ -17,6 +17,7 @@ from . import _delta
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
+from .contract.source import FileBatch, read_batch_file
 from .erasure import ErasureLedger, load_key
 from .erasure.erase import ErasureReport, erase_subject
 from .erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, PendingItem, pending_all
@@ -170,8 +171,5 @@ class Lake(LakeContext):
         return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
 
-def _read_source(path: str | os.PathLike[str]) -> bytes:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"batch file not found: {p}", path=str(p))
-    return p.read_bytes()
+def _read_source(path: str | os.PathLike[str]) -> FileBatch:
+    return read_batch_file(path)  # streamed: hashed and decoded in bounded chunks (contract/source.py)

@@ -17,6 +17,7 @@ from s3server import S3Server, s3server  # noqa: F401 - the fixture
 import delta_release as dr
 from delta_release.cli.main import cli
 from delta_release.errors import InputError, NotFoundError
+from delta_release.gateway.catalog import SqliteCatalog
 from delta_release.lakeroot import holds_lake
 from delta_release.storage import Storage
 
@@ -185,7 +186,7 @@ def test_s3_readers_refuse_a_missing_lake_and_write_nothing(s3server: S3Server, 
 def test_s3_lake_whose_bucket_is_gone(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
     bucket = s3server.new_bucket()
     lake = dr.Lake.create(f"s3://{bucket}/lake", storage_options=s3server.options,
-                          catalog=dr.lake.SqliteCatalog(tmp_path / "catalog.sqlite"))
+                          catalog=SqliteCatalog(tmp_path / "catalog.sqlite"))
     lake.ingest(jsonl([up("a", 1)]))
     assert lake.created and holds_lake(lake.storage)
     client = s3server.client()
