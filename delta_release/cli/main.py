@@ -7,6 +7,7 @@ import click
 from .. import __version__
 from .audit import audit
 from .base import Options
+from .catalog import catalog
 from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
@@ -14,9 +15,10 @@ from .orders import history, ingest, read, replay
 from .register import register
 from .release import run
 from .status import status
+from .usage import OneLineGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--lake", default="lake", show_default=True, metavar="URI", help="Lake root.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -29,7 +31,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
 
 
 for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
-                vacuum, run, status):
+                vacuum, run, catalog, status):
     cli.add_command(command)
 
 

@@ -25,6 +25,8 @@ def run(opts: Options, config: str) -> None:
     from ..release.run import run_release
 
     result = run_release(config, lake=opts.lake if opts.lake_given else None)
+    if result.get("lake_created"):  # always said, even when progress is off
+        click.echo(f"note: created a new lake at {result['lake']} (lake.create: true in {config})", err=True)
     snap = result["snapshot"]
     rows = [[s["check"], "pass" if s["passed"] else "FAIL", _fmt(s["observed"]) if s["observed"] is not None else "",
              _fmt(s["threshold"]) if s["threshold"] is not None else "", f"{s['seconds']:.2f} s"]

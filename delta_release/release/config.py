@@ -116,11 +116,12 @@ class ReleaseConfig:
     digest: str = ""
     lake_from: str = "config"
     secret_names: list[str] = field(default_factory=list)
+    create_lake: bool = False  # lake.create: the run may create a lake at lake.uri (default: refuse)
 
 
 # the schema: key -> type (or nested dict); lists are (list, item type); "*" means any key
 _SCHEMA: dict[str, Any] = {
-    "lake": {"uri": str, "storage_options": dict},
+    "lake": {"uri": str, "storage_options": dict, "create": bool},
     "tables": (list, str),
     "sources": {"batches": (list, str), "manifests": (list, str)},
     "release": {"window_days": int},
@@ -380,4 +381,5 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
         checks=enabled, packet_dir=packet_dir, secret_names=secret_names,
         digest=hashlib.sha256(p.read_bytes()).hexdigest(),
         lake_from="config" if lake_override is None else "--lake",
+        create_lake=bool(doc["lake"].get("create", False)),
     )

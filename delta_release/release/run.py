@@ -19,6 +19,7 @@ from ..lake import Lake
 from ..stats import p95
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
+from .lakeopen import open_run_lake
 from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
 from .report import render_index, render_report
 from .status import LAST_RUN
@@ -65,7 +66,9 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     config is validated before any work: a bad one raises ConfigError and creates nothing."""
     cfg = load_release_config(config_path, lake_override=lake)
     with show.step("open lake"):
-        lk = Lake.open(cfg.lake_uri, storage_options=cfg.storage_options, clock=clock)
+        lk = open_run_lake(cfg, clock)
+    if lk.created:
+        progress(f"created a new lake at {lk.storage.root} (lake.create: true)")
     now = lk.clock.now()
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
@@ -121,6 +124,7 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         "lake": cfg.lake_uri,
         "config": {"path": str(cfg.path), "sha256": cfg.digest, "lake_from": cfg.lake_from, "checks": cfg.checks},
         "thresholds": _thresholds_json(cfg),
+        "lake_created": lk.created,
         "decision": decision,
         "failed_checks": failed,
         "reasons": [f"{r.name}: {r.detail}" for r in results if not r.passed],
@@ -167,7 +171,7 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
             "failed_checks": failed, "checks": {r.name: r.passed for r in results},
             "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
                          "threshold": r.evidence.get("threshold"), "seconds": round(r.seconds, 3)}
-                        for r in results]}
+                        for r in results], "lake_created": lk.created}
 
 
 def _thresholds_json(cfg: Any) -> dict[str, Any]:
