@@ -36,7 +36,7 @@ def test_api_validates_argument_types(lake: dr.Lake) -> None:
 
 def test_erase_of_an_id_never_seen_needs_force(tmp_path: Path) -> None:
     lake = str(tmp_path / "lake")
-    dr.Lake.open(lake).ingest(jsonl([up("ord-1", 1)]))
+    dr.Lake.open(lake, create=True).ingest(jsonl([up("ord-1", 1)]))
     res = CliRunner().invoke(cli, ["--lake", lake, "erase", "ord-typo"])
     assert res.exit_code == 3 and "never saw" in res.stderr and "--force" in res.stderr
     assert "ord-typo" not in res.output and len(res.stderr.strip().splitlines()) == 1
@@ -105,14 +105,16 @@ def test_progress_on_a_terminal_only(tmp_path: Path) -> None:
     out, tty = _pty_run(["--lake", "l1", "ingest", batch], tmp_path)
     assert "ingest history.jsonl" in tty and "extracted 1209" in out  # progress on the terminal
     out, tty = _pty_run(["--lake", "l2", "--json", "ingest", batch], tmp_path)
-    assert tty.strip() == "" and json.loads(out)["extracted"] == 1209  # --json: quiet
+    quiet = [line for line in tty.splitlines() if line.strip() and not line.startswith("note: created a new lake")]
+    assert quiet == [] and json.loads(out)["extracted"] == 1209  # --json: no progress (the creation note stays)
     piped = subprocess.run([sys.executable, "-m", "delta_release", "--lake", "l3", "ingest", batch], cwd=tmp_path,
                            env=ENV, capture_output=True, text=True, timeout=120)
-    assert piped.returncode == 0 and piped.stderr == ""  # not a terminal: quiet
+    assert piped.returncode == 0 and "ingest history.jsonl" not in piped.stderr  # not a terminal: no progress
+    assert all(line.startswith("note: ") for line in piped.stderr.splitlines())
 
 
 def test_analyst_example(tmp_path: Path) -> None:
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.open(tmp_path / "lake", create=True)
     for name in ("history.jsonl", "v2.jsonl", "v3.jsonl"):
         lake.ingest(ORDERS / name)
     chart = tmp_path / "chart.svg"
