@@ -25,7 +25,7 @@ import delta_release as dr
 from delta_release import _delta
 from delta_release.errors import DeltaReleaseError, SafetyError
 from delta_release.register import register_table
-from delta_release.register.reader import read_duckdb_delta, read_deltalake, read_registered
+from delta_release.register.reader import read_deltalake, read_duckdb_delta, read_registered
 
 
 def _canon(value: Any) -> Any:

@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conformance import run_table
+
 from delta_release import Lake
 from delta_release.errors import SafetyError
 from delta_release.register import register_table
