@@ -131,3 +131,17 @@ def test_stray_file_in_an_escaped_partition_is_reported_not_refused(tmp_path: Pa
     shutil.copy(victim, stray)
     reg = register_table(Lake.open(tmp_path / "lake"), "t", str(table))
     assert reg.inventory.unreferenced == [str(stray.relative_to(table))]
+
+
+@pytest.mark.parametrize("name", ["data-reader-timestamp_ntz-id-mode", "data-reader-timestamp_ntz-name-mode"])
+def test_engine_returning_null_partitions_is_not_used(name: str, tmp_path: Path) -> None:
+    """DuckDB returns NULL for the partition column under column mapping; the log has values in 6 of 9 rows."""
+    from delta_release.register.reader import UnreadableTableError, read_registered
+
+    lake = Lake.open(tmp_path / "lake")
+    register_table(lake, "t", str(table_path(name)))
+    frame, used = read_registered(lake, "t", None, engine="polars")
+    assert used != "duckdb-delta" and frame.height == 9
+    assert frame[frame.columns[-1]].null_count() == 3  # Spark's expected rows: 6 values, 3 nulls
+    with pytest.raises(UnreadableTableError, match="came back NULL in 9 rows, the log allows 3"):
+        read_registered(lake, "t", None, engine="duckdb")
