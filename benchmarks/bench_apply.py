@@ -70,6 +70,7 @@ def open_lake_copy(path: Path) -> Any:
 
 
 def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    import delta_release.commit.writer as wr
     import delta_release.ingest as ing
     from delta_release import _delta
     from delta_release.raw.store import RawStore
@@ -88,14 +89,14 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
         return ph.wrap("apply: read parent rows", original_reader(lf))
 
     ing.read_rows_from = timed_reader
-    ing.stage_partitions = ph.wrap("stage (write files + evidence)", ing.stage_partitions)
-    ing.gate_candidate = ph.wrap("gate", ing.gate_candidate)
+    wr.stage_partitions = ph.wrap("stage (write files + evidence)", wr.stage_partitions)
+    wr.gate_candidate = ph.wrap("gate", wr.gate_candidate)
     _delta.commit = ph.wrap("commit", _delta.commit)
     _delta.file_entries = ph.wrap("parent file list", _delta.file_entries)
     lake.raw.put = ph.wrap("raw store", lake.raw.put)
     lake.quarantine.write = ph.wrap("quarantine", lake.quarantine.write)
-    lake.recover_publication = ph.wrap("recover publication", lake.recover_publication)
-    lake.publish_version = ph.wrap("publish (catalog)", lake.publish_version)
+    wr.recover_publication = ph.wrap("recover publication", wr.recover_publication)
+    lake.publisher.publish = ph.wrap("publish (catalog)", lake.publisher.publish)
     assert isinstance(lake.raw, RawStore)
     rss0 = maxrss_mb()
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """The telemetry manifest gate against a bare listing of the same prefix, at growing file counts.
 
 One hour holding N tiny files (4 records each) written by the simulated producer, and its manifest. The
-gate (`delta_release.gateway.manifest.gate_manifest`: inventory listing, size, sha256, parquet footer, record
+gate (`delta_release.external.manifest.gate_manifest`: inventory listing, size, sha256, parquet footer, record
 count and schema per file) against `Storage.list` of the hour's prefix.
 
     python -m benchmarks.bench_gate LAKE MANIFEST
@@ -21,8 +21,8 @@ from ._common import emit
 
 def build(lake_path: Path, files: int, hour: int = 7) -> Path:
     """A lake whose telemetry table holds one hour of `files` files; returns the manifest path."""
-    from delta_release.gateway.external import ensure_table
-    from delta_release.gateway.producer import produce_hour, upload, write_manifest
+    from delta_release.external.producer import produce_hour, upload, write_manifest
+    from delta_release.external.publish import ensure_table
     from delta_release.lake import Lake
 
     lake = Lake.open(lake_path)
@@ -33,7 +33,7 @@ def build(lake_path: Path, files: int, hour: int = 7) -> Path:
 
 
 def main(argv: list[str]) -> None:
-    from delta_release.gateway.manifest import gate_manifest, load_manifest
+    from delta_release.external.manifest import gate_manifest, load_manifest
 
     from .bench_apply import open_lake_copy, warm_imports
 

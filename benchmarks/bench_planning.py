@@ -17,15 +17,15 @@ from ._common import emit
 
 def build(lake_path: Path | str, hours: int, files_per_hour: int, **open_kw: Any) -> None:
     """Publish `hours` hours of telemetry, one manifest each, through the product's own publish path."""
-    from delta_release.gateway.external import publish_manifest
-    from delta_release.gateway.manifest import parse_manifest
-    from delta_release.gateway.producer import produce_hour, upload
+    from delta_release.external.manifest import parse_manifest
+    from delta_release.external.producer import produce_hour, upload
+    from delta_release.external.publish import publish_manifest
     from delta_release.lake import Lake
 
     lake = Lake.open(lake_path, **open_kw)
     for hour in range(hours):
         doc, objects = produce_hour(hour, f"gen-{hour}", files=files_per_hour, rows=50)
-        from delta_release.gateway.external import ensure_table
+        from delta_release.external.publish import ensure_table
 
         ensure_table(lake, "telemetry")
         upload(lake.table_storage("telemetry"), objects)

@@ -11,7 +11,6 @@ events (which every contender must ignore) small unique positions below every st
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -139,29 +138,21 @@ def build_ours(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
     """Our lake with the base rows, laid out by our own staging path (stage -> gate -> strict commit)."""
     from datetime import UTC, datetime
 
-    from delta_release import _delta
     from delta_release.clock import FixedClock
+    from delta_release.commit import Change, Plan, replace_partitions, write
+    from delta_release.context import TableContext
     from delta_release.lake import Lake
-    from delta_release.publish import gate_candidate, stage_partitions
 
     lake = Lake.open(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
-    tdef = lake.tables["orders"]
-    uri = lake.table_uri("orders")
-    parent = lake.latest_version("orders")
-    assert parent is not None
     parts = {key[0]: df for key, df in frame.partition_by("event_day", as_dict=True, maintain_order=True).items()}
-    store = lake.table_storage("orders")
-    cand = stage_partitions(store, table="orders", parent=parent, batch_ids=["bench-base"],
-                            partition_column="event_day", key="order_id", file_schema=tdef.file_schema(),
-                            partitions=parts, removes=[], now_ms=1_795_000_000_000)
-    gate_candidate(store, cand)
-    evidence = cand.evidence(operation="bench-base", changed_keys=frame.height)
-    evidence["digest"] = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
-    version = _delta.commit(uri, lake.options, table="orders", parent=parent,
-                            adds=[f.to_add() for f in cand.files], removes=[], evidence=evidence,
-                            partition_by=["event_day"])
-    lake.publish_version("orders", version, digest=evidence["digest"])
-    return {"version": version, "files": len(cand.files)}
+
+    class BaseRows(Plan):
+        def build(self, ctx: TableContext, parent: int) -> Change:
+            return replace_partitions(ctx, parent, parts, operation="bench-base", batch_ids=["bench-base"],
+                                      details={"changed_keys": frame.height})
+
+    result = write(lake.table("orders"), BaseRows())
+    return {"version": result.version, "files": len(result.staged.staged_files)}
 
 
 def build_delta(frame: pl.DataFrame, path: Path) -> dict[str, Any]:

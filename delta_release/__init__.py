@@ -1,5 +1,8 @@
 """delta-release: publish versioned Delta Lake tables that are complete, current, replay-safe and erasure-safe."""
 
+# The reports the verbs return (typed; `.to_json()` gives the CLI's JSON).
+from .erasure.erase import ErasureReport  # noqa: E402
+from .erasure.pending import PendingItem  # noqa: E402
 from .errors import (
     ConfigError,
     DeltaReleaseError,
@@ -8,16 +11,22 @@ from .errors import (
     GateError,
     GenerationConflictError,
     InputError,
+    NotFoundError,
     ReconciliationError,
     SafetyError,
     StaleParentError,
 )
+from .history import HistoryEntry  # noqa: E402
+from .ingest import IngestReport  # noqa: E402
 from .lake import Lake
+from .maintenance.rollback import RollbackReport  # noqa: E402
+from .maintenance.vacuum import VacuumReport  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
-    "GenerationConflictError", "InputError", "Lake", "ReconciliationError", "SafetyError",
-    "StaleParentError", "__version__",
+    "GenerationConflictError", "InputError", "Lake", "NotFoundError", "ReconciliationError", "SafetyError",
+    "StaleParentError", "__version__", "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",
+    "RollbackReport", "VacuumReport",
 ]

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -123,6 +124,17 @@ def snapshot_entries(handle: DeltaTable) -> list[FileEntry]:
     return sorted(out, key=lambda e: e.path)
 
 
+def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.LazyFrame:
+    """Every row of a version (tombstones included) as a Polars LazyFrame; the one `scan_delta` outside
+    the gateway's cached-snapshot path. Views (current rows) are in `delta_release.views`."""
+    return pl.scan_delta(uri, version=version, storage_options=options or None)
+
+
+def scan_snapshot(handle: DeltaTable) -> pl.LazyFrame:
+    """A LazyFrame over a snapshot from `open_snapshot` (no second log replay)."""
+    return pl.scan_delta(handle)
+
+
 def file_uris(uri: str, options: dict[str, str], version: int) -> list[str]:
     return list(_open(uri, options, version).file_uris())
 
@@ -139,10 +151,6 @@ def history(uri: str, options: dict[str, str], limit: int | None = None) -> list
             "evidence": json.loads(raw) if isinstance(raw, str) else None,
         })
     return out
-
-
-def partition_columns(uri: str, options: dict[str, str]) -> list[str]:
-    return list(_open(uri, options).metadata().partition_columns)
 
 
 def partition_columns_at(uri: str, options: dict[str, str], version: int) -> list[str]:
@@ -182,6 +190,6 @@ def query_all(uri: str, options: dict[str, str], version: int) -> pa.Table:
 __all__ = [
     "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
     "create_table", "file_entries", "file_uris", "history", "latest_version", "open_snapshot",
-    "is_delta_error", "partition_columns", "partition_columns_at", "query_all", "snapshot_entries",
+    "is_delta_error", "partition_columns_at", "query_all", "scan", "scan_snapshot", "snapshot_entries",
     "table_configuration",
 ]

@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 
 from . import _delta
 from .errors import DeltaReleaseError, InputError
+from .views import current_rows
 
 if TYPE_CHECKING:
-    from .lake import Lake
+    from .context import LakeContext
 
 
 def parse_days(spec: str) -> tuple[int, int]:
@@ -33,7 +34,7 @@ def parse_days(spec: str) -> tuple[int, int]:
     return a, b
 
 
-def audit_days(lake: Lake, table: str = "orders", first_day: int = 0, last_day: int = 0,
+def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, last_day: int = 0,
                version: int | None = None, *, unpublished_ok: bool = False) -> dict[str, Any]:
     """Audit evidence at `version` (default: published). `unpublished_ok` lets a release run audit its
     candidate version before publication; readers never get that."""
@@ -42,12 +43,10 @@ def audit_days(lake: Lake, table: str = "orders", first_day: int = 0, last_day: 
 
         check_snapshot(lake, table, version)
         uri = lake.table_uri(table)
-        lf = pl.scan_delta(uri, version=version, storage_options=lake.options or None)
-        if table == "orders":
-            lf = lf.filter(pl.col("deleted").not_())
+        lf = current_rows(_delta.scan(uri, lake.options, version), lake.table_def(table))
     else:
         uri, version = lake.gateway.resolve(table, version)
-        lf = lake.scan(table, version)
+        lf = lake.gateway.scan(table, version)
     tdef = lake.tables[table]
     part = tdef.partition
     store = lake.table_storage(table)

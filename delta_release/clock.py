@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -33,7 +32,3 @@ class FixedClock:
 
 def iso(ts: datetime) -> str:
     return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1000.0

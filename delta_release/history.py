@@ -2,38 +2,52 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import NotRequired, TypedDict
 
 from . import _delta
+from .context import LakeContext
 from .erasure.permission import exposing_entries
-
-if TYPE_CHECKING:
-    from .lake import Lake
+from .evidence import CommitEvidence
 
 
-def table_history(lake: Lake, table: str) -> list[dict[str, Any]]:
+class HistoryEntry(TypedDict):
+    """One version of a table (the `history` command's JSON row)."""
+
+    version: int
+    timestamp: int
+    operation: str
+    batch_ids: list[str]
+    files_added: int
+    files_removed: int
+    generations: list[int]
+    allowed: bool  # false: the version holds an erased subject (reads and rollbacks to it are refused)
+    erased_subjects: int
+    restored_to: NotRequired[int]
+
+
+def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
     """Oldest first. `allowed` is false for a version that still holds an erased subject (reads and
     rollbacks to it are refused); `erased_subjects` counts those subjects, never naming them."""
     generations: dict[int, list[int]] = {}
     for pub in lake.catalog.publications(table):
         generations.setdefault(pub.version, []).append(pub.generation)
-    out = []
+    out: list[HistoryEntry] = []
     erasures = lake.erasures.entries()
     for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
-        ev = entry["evidence"] or {}
+        ev = CommitEvidence.from_json(entry["evidence"]) if entry["evidence"] is not None else None
         exposing = exposing_entries(lake, table, entry["version"], entries=erasures)
-        row = {
+        row: HistoryEntry = {
             "version": entry["version"],
             "timestamp": entry["timestamp"],
-            "operation": ev.get("operation") or entry["operation"],
-            "batch_ids": ev.get("batch_ids", []),
-            "files_added": len(ev.get("files", [])),
-            "files_removed": len(ev.get("removed", [])),
+            "operation": (ev.operation if ev else None) or str(entry["operation"]),
+            "batch_ids": ev.batch_ids if ev else [],
+            "files_added": len(ev.files) if ev else 0,
+            "files_removed": len(ev.removed) if ev else 0,
             "generations": generations.get(entry["version"], []),
             "allowed": not exposing,
             "erased_subjects": len(exposing),
         }
-        if "restored_to" in ev:
-            row["restored_to"] = ev["restored_to"]
+        if ev is not None and "restored_to" in ev.details:
+            row["restored_to"] = int(ev.details["restored_to"])
         out.append(row)
     return out

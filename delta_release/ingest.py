@@ -1,29 +1,25 @@
-"""The ingest pipeline: decode -> raw -> erasure filter -> apply -> quarantine -> stage -> gate -> commit
--> publish. A stale parent rebuilds the candidate on the new parent (bounded attempts)."""
+"""The ingest pipeline: decode -> raw -> erasure filter -> apply -> quarantine, then the writer path
+(stage -> gate -> strict commit -> publish; a stale parent rebuilds on the new parent)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from . import _delta
-from .apply import plan_apply
+from .apply import ApplyPlan, plan_apply
 from .apply.fold import read_rows_from
+from .commit.writer import Change, Plan, StagedCandidate, commit, replace_partitions, stage, write
+from .context import LakeContext, TableContext
 from .contract import DecodedBatch, Reason, Reject, decode_batch
 from .contract.decode import count_reasons
-from .errors import GateError, ReconciliationError, StaleParentError
-from .faults import crash_point, crash_window
-from .publish import Candidate, gate_candidate, stage_partitions
+from .errors import ReconciliationError
+from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
+from .faults import crash_point
 from .raw import batch_id_of
-
-if TYPE_CHECKING:
-    from .lake import Lake
-
-MAX_ATTEMPTS = 8
+from .tables import DEFAULT_TABLE
 
 
 @dataclass(slots=True, kw_only=True)
@@ -51,15 +47,16 @@ class IngestReport:
         }
 
 
-def applied_batches(lake: Lake, table: str = "orders") -> set[str]:
+def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
+    """Batch ids of every commit of ours (reads the whole history; issue 14 replaces it with an index)."""
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        ev = entry["evidence"] or {}
-        out.update(ev.get("batch_ids", []))
+        if entry["evidence"] is not None:
+            out.update(CommitEvidence.from_json(entry["evidence"]).batch_ids)
     return out
 
 
-def _erasure_filter(lake: Lake, decoded: DecodedBatch) -> tuple[pl.DataFrame, list[Reject]]:
+def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFrame, list[Reject]]:
     erased = lake.erasures.erased_subjects()
     if not erased or decoded.events.height == 0:
         return decoded.events, []
@@ -74,7 +71,7 @@ def _erasure_filter(lake: Lake, decoded: DecodedBatch) -> tuple[pl.DataFrame, li
     return decoded.events.filter(mask.not_()), rejects
 
 
-def _forget_erased(lake: Lake, rejects: list[Reject]) -> list[Reject]:
+def _forget_erased(lake: LakeContext, rejects: list[Reject]) -> list[Reject]:
     """Rejected lines of an erased subject keep their reason and line, never their raw text."""
     erased = lake.erasures.erased_subjects()
     if not erased:
@@ -87,87 +84,73 @@ def _forget_erased(lake: Lake, rejects: list[Reject]) -> list[Reject]:
             for r in rejects]
 
 
-def evidence_digest(evidence: dict[str, Any]) -> str:
-    """The digest a commit's evidence is published under (sha256 of its canonical JSON)."""
-    return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
+class ApplyEvents(Plan):
+    """Apply decoded events on a parent: the partitions they change, replaced whole."""
+
+    def __init__(self, events: pl.DataFrame, *, batch_ids: list[str], operation: str) -> None:
+        self.events = events
+        self.batch_ids = batch_ids
+        self.operation = operation
+        self.applied: ApplyPlan = ApplyPlan()
+
+    def build(self, ctx: TableContext, parent: int) -> Change:
+        self.applied = plan_apply(self.events, read_rows_from(_delta.scan(ctx.uri, ctx.storage_options, parent)))
+        if self.applied.empty:
+            return Change(operation=self.operation, batch_ids=self.batch_ids)
+        return replace_partitions(ctx, parent, self.applied.partitions, operation=self.operation,
+                                  batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
 
 
-@dataclass(slots=True, kw_only=True)
-class Prepared:
-    """A writer's work on one parent: the plan, and the staged, gated candidate (None when no change)."""
+class IngestPlan(Plan):
+    """One batch: on every attempt, skip it if already applied, filter erased subjects (after the parent
+    is read, so an erasure that made the parent stale is seen), apply, then write the quarantine."""
 
-    parent: int
-    plan: Any
-    candidate: Candidate | None
-    evidence: dict[str, Any] | None
+    def __init__(self, lake: LakeContext, data: bytes, decoded: DecodedBatch, *, batch_id: str, replay: bool,
+                 report: IngestReport) -> None:
+        self.lake, self.data, self.decoded, self.batch_id = lake, data, decoded, batch_id
+        self.replay, self.report = replay, report
+        self.apply = ApplyEvents(decoded.events, batch_ids=[batch_id], operation="replay" if replay else "ingest")
+        self.blocked: list[Reject] = []
 
+    def build(self, ctx: TableContext, parent: int) -> Change:
+        if not self.replay and self.batch_id in applied_batches(self.lake, ctx.name):
+            self.report.duplicate = True
+            return Change(operation=self.apply.operation)
+        events, self.blocked = _erasure_filter(self.lake, self.decoded)
+        self.apply.events = events
+        return self.apply.build(ctx, parent)
 
-def prepare_candidate(lake: Lake, events: pl.DataFrame, *, parent: int, batch_ids: list[str],
-                      operation: str, table: str = "orders", publication: str = "immediate") -> Prepared:
-    """Apply `events` on `parent`: plan the partitions, stage new files, gate them. Nothing is visible."""
-    uri = lake.table_uri(table)
-    lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
-    plan = plan_apply(events, read_rows_from(lf))
-    if plan.empty:
-        return Prepared(parent=parent, plan=plan, candidate=None, evidence=None)
-    prepared = stage_candidate(lake, table=table, parent=parent, partitions=plan.partitions, batch_ids=batch_ids,
-                               operation=operation, changed_keys=plan.changed_keys, publication=publication)
-    prepared.plan = plan
-    return prepared
-
-
-def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: Any) -> list[_delta.FileEntry]:
-    """The files of `entries` in the partitions `values` (None: the null partition): what a rewrite removes."""
-    wanted = {partition_text(v) for v in values}
-    return [e for e in entries if partition_text(e.partition_values.get(column)) in wanted]
-
-
-def stage_candidate(lake: Lake, *, table: str, parent: int, partitions: dict[Any, pl.DataFrame],
-                    batch_ids: list[str], operation: str, **evidence: Any) -> Prepared:
-    """Replace whole partitions on `parent`: stage their new content, gate it, record the evidence.
-    Ingest, erasure and drills all publish through here; nothing is visible until `commit_candidate`."""
-    tdef = lake.tables[table]
-    removes = files_of_partitions(_delta.file_entries(lake.table_uri(table), lake.options, parent),
-                                  tdef.partition, partitions)
-    tstore = lake.table_storage(table)
-    candidate = stage_partitions(tstore, table=table, parent=parent, batch_ids=batch_ids,
-                                 partition_column=tdef.partition, key=tdef.key or "order_id",
-                                 file_schema=tdef.file_schema(), partitions=partitions,
-                                 removes=removes, now_ms=int(lake.clock.now().timestamp() * 1000))
-    crash_point("ingest.after_staging")
-    try:
-        gate_candidate(tstore, candidate)
-        crash_point("ingest.after_gate")
-    except GateError:
-        discard_candidate(lake, candidate)
-        raise
-    record = candidate.evidence(operation=operation, **evidence)
-    record["digest"] = evidence_digest(record)
-    return Prepared(parent=parent, plan=None, candidate=candidate, evidence=record)
+    def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
+        if self.report.duplicate:
+            return
+        decoded, report = self.decoded, self.report
+        conflicts = self.apply.applied.conflicts
+        conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
+                                   raw=_line_text(self.data, c.line), order_id=c.order_id) for c in conflicts]
+        rejects = sorted([*_forget_erased(self.lake, decoded.rejects), *self.blocked, *conflict_rejects],
+                         key=lambda r: r.line)
+        accepted = self.apply.events.height - len(conflicts)
+        if accepted + len(rejects) != decoded.extracted:
+            raise ReconciliationError(self.batch_id, decoded.extracted, accepted, len(rejects))
+        report.accepted, report.quarantined = accepted, len(rejects)
+        report.reasons = count_reasons(rejects)
+        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key)
+        crash_point("ingest.after_quarantine")
 
 
-def commit_candidate(lake: Lake, prepared: Prepared, *, table: str = "orders") -> int:
-    """One strict commit of a gated candidate on its parent; a stale parent discards the staged files."""
-    assert prepared.candidate is not None and prepared.evidence is not None
-    cand = prepared.candidate
-    try:
-        with crash_window("commit.during"):
-            return _delta.commit(lake.table_uri(table), lake.options, table=table, parent=prepared.parent,
-                                 adds=[f.to_add() for f in cand.files], removes=cand.removes,
-                                 evidence=prepared.evidence, partition_by=[lake.tables[table].partition])
-    except StaleParentError:
-        discard_candidate(lake, cand)
-        raise
+def prepare_candidate(lake: LakeContext, events: pl.DataFrame, *, parent: int, batch_ids: list[str],
+                      operation: str, table: str = DEFAULT_TABLE, publish_now: bool = True) -> StagedCandidate:
+    """Stage and gate `events` applied on `parent` (no commit): for drills and tests that race writers."""
+    return stage(lake.table(table), ApplyEvents(events, batch_ids=batch_ids, operation=operation), parent,
+                 publication=IMMEDIATE if publish_now else DEFERRED)
 
 
-def discard_candidate(lake: Lake, candidate: Candidate) -> None:
-    """Remove a candidate's staged files; they were never referenced by any version."""
-    store = lake.table_storage(candidate.table)
-    for f in candidate.files:
-        store.delete(f.path)
+def commit_candidate(lake: LakeContext, staged: StagedCandidate) -> int:
+    """Commit a staged candidate strictly on its parent (StaleParentError discards it)."""
+    return commit(lake.table(staged.table), staged)
 
 
-def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = "orders",
+def ingest_batch(lake: LakeContext, data: bytes, *, replay: bool = False, table: str = DEFAULT_TABLE,
                  publish: bool = True) -> IngestReport:
     """Ingest one batch. With publish=False (a release run) the commit lands but the catalog is left to
     the run's ship decision, and crash recovery will not publish it either."""
@@ -179,57 +162,15 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
-    lake.recover_publication(table)
-    if not replay and batch_id in applied_batches(lake, table):
-        report.duplicate = True
-        return report
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        report.attempts = attempt
-        parent = lake.latest_version(table)
-        assert parent is not None
-        # Filter after reading the parent, on every attempt: an erasure records its subject before it
-        # commits, so an erasure that made the parent stale is seen here and cannot be undone.
-        events, blocked = _erasure_filter(lake, decoded)
-        prepared = prepare_candidate(lake, events, parent=parent, batch_ids=[batch_id],
-                                     operation="replay" if replay else "ingest", table=table,
-                                     publication="immediate" if publish else "deferred")
-        conflicts = prepared.plan.conflicts
-        conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
-                                   raw=_line_text(data, c.line), order_id=c.order_id) for c in conflicts]
-        rejects = sorted([*_forget_erased(lake, decoded.rejects), *blocked, *conflict_rejects],
-                         key=lambda r: r.line)
-        accepted = events.height - len(conflicts)
-        if accepted + len(rejects) != decoded.extracted:
-            if prepared.candidate is not None:
-                discard_candidate(lake, prepared.candidate)
-            raise ReconciliationError(batch_id, decoded.extracted, accepted, len(rejects))
-        report.accepted, report.quarantined = accepted, len(rejects)
-        report.reasons = count_reasons(rejects)
-        lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key)
-        crash_point("ingest.after_quarantine")
-        if prepared.candidate is None:
-            return report
-        try:
-            version = commit_candidate(lake, prepared, table=table)
-        except StaleParentError as exc:
-            report.stale_parents.append({"expected": exc.expected, "found": exc.found})
-            continue
-        assert prepared.evidence is not None
-        crash_point("ingest.after_commit")
-        if publish:
-            lake.publish_version(table, version, digest=prepared.evidence["digest"])
-        crash_point("ingest.after_publish")
-        report.version = version
-        report.files = [f.public() for f in prepared.candidate.files]
-        report.removed = [r.path for r in prepared.candidate.removes]
-        return report
-    last = report.stale_parents[-1]
-    raise StaleParentError(table, last["expected"], last["found"])
-
-
-def partition_text(value: Any) -> str | None:
-    """A partition value as the Delta log writes it (None stays None: the null partition)."""
-    return None if value is None else str(value)
+    plan = IngestPlan(lake, data, decoded, batch_id=batch_id, replay=replay, report=report)
+    result = write(lake.table(table), plan, publish_now=publish)
+    report.attempts = result.attempts
+    report.stale_parents = [s.to_json() for s in result.stale_parents]
+    if result.version is not None:
+        report.version = result.version
+        report.files = [f.public() for f in result.staged.staged_files]
+        report.removed = [r.path for r in result.staged.removes]
+    return report
 
 
 def _line_text(data: bytes, line: int) -> str:
@@ -238,6 +179,7 @@ def _line_text(data: bytes, line: int) -> str:
     return split_lines(data)[line - 1].decode("utf-8", errors="backslashreplace")
 
 
-def replay_batches(lake: Lake, batch_id: str | None, *, all_batches: bool) -> list[IngestReport]:
+def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
+                   table: str = DEFAULT_TABLE) -> list[IngestReport]:
     ids = [b.batch_id for b in lake.raw.list()] if all_batches else [batch_id] if batch_id else []
-    return [ingest_batch(lake, lake.raw.read(b), replay=True) for b in ids]
+    return [ingest_batch(lake, lake.raw.read(b), replay=True, table=table) for b in ids]

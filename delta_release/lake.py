@@ -1,33 +1,53 @@
-"""`Lake`: one root holding the tables, raw batches, the quarantine, the erasure ledger and the catalog.
+"""`Lake`: the facade. One root holding the tables, raw batches, the quarantine, the erasure ledger and
+the catalog; the Python API a Polars analyst uses.
 
-This is the Python API a Polars analyst uses. It wires the stages of DESIGN.md's data flow together;
-each stage lives in its own subpackage and never calls back up into this module.
+`Lake` is a `LakeContext` (delta_release/context.py) with the user's verbs on top. The verbs call down
+into the rooms of the data flow; nothing below imports this module (tests/test_architecture.py).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from . import _delta
-from .clock import Clock, SystemClock, iso
+from .clock import Clock, SystemClock
+from .commit.writer import recover_publication
+from .context import CatalogPublisher, LakeContext
 from .erasure import ErasureLedger, load_key
-from .errors import InputError, NotFoundError
-from .faults import crash_point
+from .erasure.erase import ErasureReport, erase_subject
+from .erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, PendingItem, pending_all
+from .errors import InputError
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .gateway.reader import Gateway
+from .history import HistoryEntry, table_history
+from .ingest import IngestReport, ingest_batch, replay_batches
+from .maintenance.rollback import RollbackReport, rollback
+from .maintenance.vacuum import (
+    ORPHAN_GRACE_HOURS,
+    REPLAY_HORIZON_HOURS,
+    RETAIN_VERSIONS,
+    VacuumReport,
+    vacuum_table,
+)
 from .quarantine import QuarantineLedger
 from .raw import RawStore
+from .register import scan_registered
 from .storage import Storage
-from .tables import DEFAULT_TABLES_DIR, TableDef, load_table_defs
+from .tables import DEFAULT_TABLE, DEFAULT_TABLES_DIR, TableDef, load_table_defs
 
 CATALOG_ENV = "DELTA_RELEASE_CATALOG"
 
 
-class Lake:
-    """A lake root. Create or open it with `Lake.open(uri)`."""
+class Lake(LakeContext):
+    """A lake root: tables, raw batches, the quarantine, the erasure ledger and the catalog.
+
+    Open it with `Lake.open(uri)`. Every verb returns a typed report (`.to_json()` gives the CLI's JSON);
+    errors are the exceptions exported by `delta_release` (InputError, NotFoundError, SafetyError and
+    its subclasses StaleParentError, GateError, ErasureExposureError, FreshnessError, ...).
+    """
 
     def __init__(self, storage: Storage, *, catalog: Catalog, clock: Clock, tables: dict[str, TableDef],
                  freshness: str = "refresh") -> None:
@@ -38,15 +58,16 @@ class Lake:
         self.raw = RawStore(storage)
         self.quarantine = QuarantineLedger(storage)
         self.erasures = ErasureLedger(storage, load_key(storage, create=True))
-        from .gateway.reader import Gateway
-
+        self.publisher = CatalogPublisher(catalog, self.clock)
         self.gateway = Gateway(self, policy=freshness)
 
     @classmethod
     def open(cls, uri: str | os.PathLike[str] = "lake", *, storage_options: dict[str, str] | None = None,
              clock: Clock | None = None, tables_dir: Path | None = None, catalog: Catalog | None = None,
              freshness: str = "refresh") -> Lake:
-        """Open the lake at `uri`, creating its layout (and the orders table, version 0) if new."""
+        """Open the lake at `uri` (a directory or `s3://bucket/prefix`), creating its layout (and the
+        default table, version 0) if new. `freshness`: "refresh" (stale readers refresh) or "error"
+        (stale readers get FreshnessError). An s3:// lake needs `catalog=` or DELTA_RELEASE_CATALOG."""
         storage = Storage(os.fspath(uri), storage_options)
         if storage.is_local:
             storage.local_path().mkdir(parents=True, exist_ok=True)
@@ -64,135 +85,77 @@ class Lake:
                    tables=load_table_defs(tables_dir or DEFAULT_TABLES_DIR), freshness=freshness)
         for table in lake.tables.values():
             lake.catalog.register(table.name, location=lake.default_location(table), kind=table.kind)
-        orders = lake.tables["orders"]
-        _delta.create_table(lake.table_uri("orders"), storage.storage_options, orders.arrow_schema(),
-                            [orders.partition], name="orders")
-        if lake.catalog.current("orders") is None:
-            lake.publish_version("orders", 0, digest="empty")
+        default = lake.tables[DEFAULT_TABLE]
+        _delta.create_table(lake.table_uri(DEFAULT_TABLE), storage.storage_options, default.arrow_schema(),
+                            [default.partition], name=DEFAULT_TABLE)
+        if lake.catalog.current(DEFAULT_TABLE) is None:
+            lake.publish_version(DEFAULT_TABLE, 0, digest="empty")
         return lake
 
-    # -- locations -------------------------------------------------------------------------------
-    def default_location(self, table: TableDef) -> str:
-        """What the catalog records: a path relative to the lake root for tables inside the lake (so a
-        copied or moved lake points at its own tables, never the original's), else the absolute URI."""
-        return table.location or table.name
-
-    def resolve_location(self, location: str) -> str:
-        """A catalog location as a URI: relative locations are inside this lake's root."""
-        return location if "://" in location or location.startswith("/") else self.storage.uri(location)
-
-    def table_def(self, name: str) -> TableDef:
-        if name not in self.tables:
-            entry = self.catalog.table(name)
-            if entry is None:
-                raise NotFoundError(f"unknown table {name!r}", table=name)
-            raise InputError(f"table {name!r} is {entry.kind} (written by others): it has no table definition",
-                             table=name, kind=entry.kind)
-        return self.tables[name]
-
-    def table_uri(self, name: str) -> str:
-        entry = self.catalog.table(name)
-        if entry is None:
-            raise NotFoundError(f"table {name!r} is not in the catalog", table=name)
-        return self.resolve_location(entry.location)
-
-    def table_storage(self, name: str) -> Storage:
-        return Storage(self.table_uri(name), self.storage.storage_options)
-
-    @property
-    def options(self) -> dict[str, str]:
-        return self.storage.storage_options
-
-    def latest_version(self, name: str) -> int | None:
-        return _delta.latest_version(self.table_uri(name), self.options)
-
-    # -- publication -----------------------------------------------------------------------------
-    def published(self, name: str) -> Publication | None:
-        return self.catalog.current(name)
-
-    def publish_version(self, name: str, version: int, *, digest: str, label: str | None = None) -> Publication:
-        """Point the catalog at `version` (compare-and-swap; never moves a table backwards by accident)."""
-        from .errors import GenerationConflictError
-
-        for _ in range(20):
-            current = self.catalog.current(name)
-            # A labelled publication may re-publish the current version, but never an older one (I8).
-            if current is not None and (current.version > version or (current.version == version and label is None)):
-                return current
-            crash_point("publish.before_swap")
-            try:
-                return self.catalog.publish(name, expected_generation=None if current is None
-                                            else current.generation, version=version, digest=digest,
-                                            completed=iso(self.clock.now()), label=label)
-            except GenerationConflictError:
-                continue
-        raise GenerationConflictError(name, None, None)
-
     def recover_publication(self, name: str) -> Publication | None:
-        """Publish a commit of ours that landed but whose catalog update was interrupted."""
-        latest = self.latest_version(name)
-        current = self.catalog.current(name)
-        if latest is None or (current is not None and current.version >= latest):
-            return current
-        entry = _delta.history(self.table_uri(name), self.options, 1)[0]
-        if entry["evidence"] is None or entry["evidence"].get("publication") == "deferred":
-            return current  # not ours, or a release run's commit that waits for its ship decision
-        return self.publish_version(name, latest, digest=str(entry["evidence"].get("digest", "")))
+        """Publish a commit of ours that landed but whose catalog update was interrupted; returns the
+        table's publication afterwards."""
+        return recover_publication(self.table(name))
 
     # -- the user's verbs ------------------------------------------------------------------------
-    def ingest(self, source: str | os.PathLike[str] | bytes, **kw: Any) -> Any:
-        from .ingest import ingest_batch
+    def ingest(self, source: str | os.PathLike[str] | bytes, *, table: str = DEFAULT_TABLE,
+               publish: bool = True) -> IngestReport:
+        """Ingest one JSONL batch (a path or its bytes): decode, keep raw, quarantine rejects, apply by
+        position, stage, gate, commit strictly, publish. Re-ingesting a batch is a no-op (`duplicate`).
 
+        publish=False commits without publishing (a release run publishes on ship). Raises InputError
+        (unreadable file), ReconciliationError, StaleParentError (after bounded retries)."""
         data = source if isinstance(source, bytes) else _read_source(source)
-        return ingest_batch(self, data, **kw)
+        return ingest_batch(self, data, table=table, publish=publish)
 
-    def replay(self, batch_id: str | None = None, *, all_batches: bool = False) -> list[Any]:
-        from .ingest import replay_batches
+    def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
+               table: str = DEFAULT_TABLE) -> list[IngestReport]:
+        """Re-apply retained raw batches (one by id, or all); idempotent, and erased subjects stay out."""
+        return replay_batches(self, batch_id, all_batches=all_batches, table=table)
 
-        return replay_batches(self, batch_id, all_batches=all_batches)
-
-    def scan(self, table: str = "orders", version: int | None = None, *,
+    def scan(self, table: str = DEFAULT_TABLE, version: int | None = None, *,
              include_tombstones: bool = False) -> pl.LazyFrame:
-        """A LazyFrame of the table at the published (or pinned) version, checked at the query boundary."""
+        """A LazyFrame of the table's current rows at the published (or pinned) version, checked at the
+        query boundary: FreshnessError (policy "error"), ErasureExposureError (a version that holds an
+        erased subject), NotFoundError (unknown table or version)."""
         entry = self.catalog.table(table)
         if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
-            from .register import scan_registered
-
             return scan_registered(self, table, version)
         return self.gateway.scan(table, version, include_tombstones=include_tombstones)
 
-    def read(self, table: str = "orders", version: int | None = None) -> pl.DataFrame:
+    def read(self, table: str = DEFAULT_TABLE, version: int | None = None) -> pl.DataFrame:
+        """`scan(table, version).collect()`."""
         return self.scan(table, version).collect()
 
-    def history(self, table: str = "orders") -> list[dict[str, Any]]:
-        from .history import table_history
-
+    def history(self, table: str = DEFAULT_TABLE) -> list[HistoryEntry]:
+        """Every version, oldest first: what it did, which generations published it, whether it may be read."""
         return table_history(self, table)
 
-    # -- erasure, rollback, vacuum (delta_release/erasure) ----------------------------------------
-    def erase(self, order_id: str, *, table: str = "orders", **kw: Any) -> Any:
-        """Erase one subject: one strict commit without its rows; blocked from then on. ErasureReport."""
-        from .erasure.erase import erase_subject
+    # -- erasure and maintenance -----------------------------------------------------------------
+    def erase(self, order_id: str, *, table: str = DEFAULT_TABLE, raw_retention_days: float = RAW_RETENTION_DAYS,
+              backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
+        """Erase one subject: one strict commit without its rows; blocked from then on; earlier versions
+        that hold it become unreadable. The report's `pending` says what still holds it, until when."""
+        return erase_subject(self, order_id, table=table, raw_retention_days=raw_retention_days,
+                             backup_expiry_days=backup_expiry_days)
 
-        return erase_subject(self, order_id, table=table, **kw)
-
-    def rollback(self, to: int, *, repair_forward: bool = False, table: str = "orders") -> Any:
-        """Restore version `to` as a new version if allowed; else refuse, or repair forward. RollbackReport."""
-        from .erasure.rollback import rollback
-
+    def rollback(self, to: int, *, repair_forward: bool = False, table: str = DEFAULT_TABLE) -> RollbackReport:
+        """Restore version `to` as a new version if it holds no erased subject; else ErasureExposureError,
+        or with repair_forward=True its content minus every erased subject."""
         return rollback(self, to, repair_forward=repair_forward, table=table)
 
-    def vacuum(self, table: str = "orders", *, apply: bool = False, **kw: Any) -> Any:
-        """Retention- and erasure-aware cleanup; a dry run unless apply=True. VacuumReport."""
-        from .erasure.vacuum import vacuum_table
+    def vacuum(self, table: str = DEFAULT_TABLE, *, apply: bool = False, retain_versions: int = RETAIN_VERSIONS,
+               replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
+               orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
+        """Retention- and erasure-aware cleanup of data files no needed snapshot references; a dry run
+        unless apply=True. Writes no Delta commit."""
+        return vacuum_table(self, table=table, apply=apply, retain_versions=retain_versions,
+                            replay_horizon_hours=replay_horizon_hours, orphan_grace_hours=orphan_grace_hours)
 
-        return vacuum_table(self, table=table, apply=apply, **kw)
-
-    def erasure_pending(self, **kw: Any) -> list[dict[str, Any]]:
+    def erasure_pending(self, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+                        backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[PendingItem]:
         """Pending evidence for every erased subject: what still holds it, and until when."""
-        from .erasure.pending import pending_all
-
-        return pending_all(self, **kw)
+        return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
 
 def _read_source(path: str | os.PathLike[str]) -> bytes:

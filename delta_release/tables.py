@@ -1,4 +1,4 @@
-"""Table definitions (tables/*.yaml): name, kind, key, ordering column, partition column, columns."""
+"""Table definitions (tables/*.yaml): name, kind, key, ordering column, tombstone column, partition, columns."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import yaml
 from .errors import ConfigError
 
 DEFAULT_TABLES_DIR = Path(__file__).resolve().parents[1] / "tables"
+# The table a verb acts on when none is named (tables/orders.yaml).
+DEFAULT_TABLE = "orders"
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -20,7 +22,7 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
     "bool": pa.bool_(),
 }
-_KEYS = {"name", "kind", "key", "ordering", "partition", "columns", "location"}
+_KEYS = {"name", "kind", "key", "ordering", "tombstone", "partition", "columns", "location"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,8 +31,9 @@ class TableDef:
     kind: str  # "delta" (we apply events) or "external" (producer manifests)
     partition: str
     columns: dict[str, str]
-    key: str | None = None
-    ordering: str | None = None
+    key: str | None = None  # the subject key: one current row per key (erasure applies to keyed tables)
+    ordering: str | None = None  # the source-position column that orders a key's events
+    tombstone: str | None = None  # the boolean column marking a delete kept as a row (hidden by current views)
     location: str | None = None  # relative to the lake root, or an absolute URI; default: the name
 
     def arrow_schema(self) -> pa.Schema:
@@ -64,7 +67,7 @@ def _check(path: Path, doc: Any) -> TableDef:
     return TableDef(
         name=str(doc["name"]), kind=str(doc["kind"]), partition=str(doc["partition"]),
         columns={str(k): str(v) for k, v in columns.items()}, key=doc.get("key"),
-        ordering=doc.get("ordering"), location=doc.get("location"),
+        ordering=doc.get("ordering"), tombstone=doc.get("tombstone"), location=doc.get("location"),
     )
 
 

@@ -114,8 +114,8 @@ def test_two_handles_at_the_same_version_second_commit_is_stale(lake: dr.Lake) -
         commit_candidate(lake, p2)
     assert (err.value.expected, err.value.found, err.value.table) == (parent, parent + 1, "orders")
     assert lake.latest_version("orders") == parent + 1
-    assert p2.candidate is not None
-    assert not any(lake.table_storage("orders").exists(f.path) for f in p2.candidate.files)
+    assert not p2.empty
+    assert not any(lake.table_storage("orders").exists(f.path) for f in p2.staged_files)
 
 
 def test_files_are_sorted_sized_and_carry_no_subject_ids_in_stats(lake: dr.Lake) -> None:

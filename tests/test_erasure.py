@@ -15,6 +15,7 @@ from conftest import jsonl, rm, up
 import delta_release as dr
 from delta_release import _delta
 from delta_release import ingest as ingest_mod
+from delta_release.commit import writer as writer_mod
 from delta_release.erasure.lineage import table_lineage
 from delta_release.errors import ErasureExposureError, InputError
 
@@ -177,15 +178,15 @@ def test_erasure_between_filter_and_commit_cannot_be_undone(lake: dr.Lake, monke
     """An erasure commits while a writer holding the subject's event is preparing on the old parent: the
     writer's retry must see the erasure (the filter runs after the parent is read, on every attempt)."""
     lake.ingest(jsonl([up(SUBJECT, 1), up("a", 2)]))
-    real = ingest_mod.prepare_candidate
+    real = ingest_mod.ApplyEvents.build
     raced: list[int] = []
 
-    def racing(lk: dr.Lake, events: pl.DataFrame, **kw: object) -> object:
+    def racing(self: ingest_mod.ApplyEvents, ctx: object, parent: int) -> object:
         if not raced:
-            raced.append(lk.erase(SUBJECT).version or -1)
-        return real(lk, events, **kw)  # type: ignore[arg-type]
+            raced.append(lake.erase(SUBJECT).version or -1)
+        return real(self, ctx, parent)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ingest_mod, "prepare_candidate", racing)
+    monkeypatch.setattr(ingest_mod.ApplyEvents, "build", racing)
     report = lake.ingest(jsonl([up(SUBJECT, 10, amount=5), up("b", 11)]))
     assert report.stale_parents and report.reasons == {"erased_subject": 1}
     assert not holds(lake, lake.latest_version("orders"))
@@ -194,7 +195,7 @@ def test_erasure_between_filter_and_commit_cannot_be_undone(lake: dr.Lake, monke
 
 def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
     lake = history_lake
-    real = ingest_mod.gate_candidate  # the erasure stages and gates through ingest.stage_candidate
+    real = writer_mod.gate_candidate  # the erasure stages and gates through the one writer
     calls: list[int] = []
 
     def racing_gate(store: object, candidate: object) -> None:
@@ -203,7 +204,7 @@ def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: p
             calls[0] = lake.ingest(jsonl([up("w", 900, day=48)])).version or -1
         real(store, candidate)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ingest_mod, "gate_candidate", racing_gate)
+    monkeypatch.setattr(writer_mod, "gate_candidate", racing_gate)
     report = lake.erase(SUBJECT)
     assert report.stale_parents == [{"expected": 4, "found": 5}]
     assert report.attempts == 2 and report.version == 6

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delta_release.publish.candidate import encode_parquet, file_stats, footer_stats
+from delta_release.stage.candidate import encode_parquet, file_stats, footer_stats
 
 
 @settings(max_examples=40, deadline=None)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import jsonl, up
 
 import delta_release as dr
-import delta_release.ingest as ingest_mod
+import delta_release.commit.writer as writer_mod
 from delta_release.cli.main import cli
 from delta_release.storage import Storage
 
@@ -42,7 +42,7 @@ SABOTAGE: dict[str, tuple[Callable[[Storage, str], None], str]] = {
 def test_sabotaged_staged_file_commits_nothing(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     lake.ingest(jsonl([up("a", 1, day=47)]))
     before = lake.latest_version("orders")
-    real = ingest_mod.stage_partitions
+    real = writer_mod.stage_partitions
 
     def sabotaged(storage: Storage, **kw):  # type: ignore[no-untyped-def]
         cand = real(storage, **kw)
@@ -58,7 +58,7 @@ def test_sabotaged_staged_file_commits_nothing(lake: dr.Lake, monkeypatch: pytes
             SABOTAGE[how][0](storage, target.path)
         return cand
 
-    monkeypatch.setattr(ingest_mod, "stage_partitions", sabotaged)
+    monkeypatch.setattr(writer_mod, "stage_partitions", sabotaged)
     with pytest.raises(dr.GateError) as err:
         lake.ingest(jsonl([up("a", 2, amount=5, day=47)]))
     expected = "partition_path" if how == "misplace" else SABOTAGE[how][1]
@@ -69,7 +69,7 @@ def test_sabotaged_staged_file_commits_nothing(lake: dr.Lake, monkeypatch: pytes
 
 
 def test_stats_that_lie_are_caught(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = ingest_mod.stage_partitions
+    real = writer_mod.stage_partitions
 
     def lying(storage: Storage, **kw):  # type: ignore[no-untyped-def]
         from dataclasses import replace
@@ -79,7 +79,7 @@ def test_stats_that_lie_are_caught(lake: dr.Lake, monkeypatch: pytest.MonkeyPatc
         cand.files[0] = replace(cand.files[0], stats=lie)
         return cand
 
-    monkeypatch.setattr(ingest_mod, "stage_partitions", lying)
+    monkeypatch.setattr(writer_mod, "stage_partitions", lying)
     with pytest.raises(dr.GateError) as err:
         lake.ingest(jsonl([up("a", 1, day=47)]))
     assert err.value.mismatch == "stats_mismatch"
@@ -87,14 +87,14 @@ def test_stats_that_lie_are_caught(lake: dr.Lake, monkeypatch: pytest.MonkeyPatc
 
 
 def test_gate_failure_through_cli_is_exit_3_with_json_error(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = ingest_mod.stage_partitions
+    real = writer_mod.stage_partitions
 
     def broken(storage: Storage, **kw):  # type: ignore[no-untyped-def]
         cand = real(storage, **kw)
         truncate(storage, cand.files[0].path)
         return cand
 
-    monkeypatch.setattr(ingest_mod, "stage_partitions", broken)
+    monkeypatch.setattr(writer_mod, "stage_partitions", broken)
     batch = tmp_path / "b.jsonl"
     batch.write_bytes(jsonl([up("a", 1)]))
     result = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "ingest", str(batch)])

@@ -89,9 +89,9 @@ def _erase(lake: dr.Lake, order_id: str) -> int | None:
 
 
 def _publish_telemetry(lake: dr.Lake, generation: str, *, corrected: bool) -> int | None:
-    from delta_release.gateway.external import publish_manifest
-    from delta_release.gateway.manifest import parse_manifest
-    from delta_release.gateway.producer import produce_hour, upload
+    from delta_release.external.manifest import parse_manifest
+    from delta_release.external.producer import produce_hour, upload
+    from delta_release.external.publish import publish_manifest
 
     manifest, objects = produce_hour(9, generation, files=3, rows=10, corrected=corrected)
     upload(lake.table_storage("telemetry"), objects)

@@ -94,8 +94,8 @@ def test_stale_parent_on_s3_is_refused(s3server: S3Server, tmp_path: Path) -> No
     assert (err.value.expected, err.value.found) == (1, 2)
     assert lake.latest_version("orders") == 2
     store = lake.table_storage("orders")
-    assert second.candidate is not None
-    assert not [f.path for f in second.candidate.files if store.exists(f.path)]  # loser's files discarded
+    assert not second.empty
+    assert not [f.path for f in second.staged_files if store.exists(f.path)]  # loser's files discarded
 
 
 CHILD = """

@@ -16,8 +16,8 @@ from conftest import FIXTURES
 import delta_release as dr
 from delta_release import _delta
 from delta_release.errors import InputError
-from delta_release.gateway import gate_manifest, load_manifest, publish_manifest
-from delta_release.gateway.producer import encode, produce_hour, upload, write_manifest
+from delta_release.external import gate_manifest, load_manifest, publish_manifest
+from delta_release.external.producer import encode, produce_hour, upload, write_manifest
 
 TELEMETRY = FIXTURES / "telemetry"
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from ..views import partition_filter
+
 ROW_COLUMNS = ["order_id", "position", "amount_cents", "currency", "deleted", "event_day"]
 ROW_SCHEMA: dict[str, pl.DataType] = {
     "order_id": pl.String(), "position": pl.Int64(), "amount_cents": pl.Int64(),
@@ -42,16 +44,6 @@ class ApplyPlan:
     @property
     def empty(self) -> bool:
         return not self.partitions
-
-
-def partition_filter(column: str, values: Iterable[Any]) -> pl.Expr:
-    """Rows whose partition column is one of `values` (None means the null partition)."""
-    values = list(values)
-    plain = [v for v in values if v is not None]
-    expr = pl.col(column).is_in(plain) if plain else pl.lit(False)
-    if any(v is None for v in values):
-        expr = expr | pl.col(column).is_null()
-    return expr.fill_null(False)
 
 
 def _day_filter(days: Iterable[int | None]) -> pl.Expr:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
-from ..erasure.vacuum import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS
+from ..maintenance.vacuum import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS
 from .base import Options, command_options, emit, open_lake
 
 

@@ -29,7 +29,7 @@ def _gate_text(r: dict[str, Any]) -> str:
 @command_options
 def gate(opts: Options, manifest: Path) -> None:
     """Check a producer manifest against the partition's object inventory; registers nothing."""
-    from ..gateway import gate_manifest, load_manifest
+    from ..external import gate_manifest, load_manifest
 
     lake = open_lake(opts)
     report = gate_manifest(lake, load_manifest(manifest, lake.tables)).to_json()
@@ -41,7 +41,7 @@ def gate(opts: Options, manifest: Path) -> None:
 @command_options
 def publish(opts: Options, manifest: Path) -> None:
     """Gate, then one strict Delta commit of the files, then the catalog generation, then cache refresh."""
-    from ..gateway import load_manifest, publish_manifest
+    from ..external import load_manifest, publish_manifest
 
     lake = open_lake(opts)
     report = publish_manifest(lake, load_manifest(manifest, lake.tables)).to_json()

@@ -242,10 +242,6 @@ def decode_record(obj: Any) -> dict[str, Any]:
     return event
 
 
-def _content(event: dict[str, Any]) -> tuple[Any, ...]:
-    return (event["order_id"], event["kind"], event["amount_cents"], event["currency"], event["event_day"])
-
-
 def _subject_like(value: Any) -> bool:
     """Whether a rejected record's order_id can name a subject (be hashed, and so be erased later).
 

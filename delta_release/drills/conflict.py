@@ -67,10 +67,10 @@ def _case(lake: Lake, *, a_position: int, b_position: int) -> dict[str, Any]:
                                operation="drill-conflict-a")
     prep_b = prepare_candidate(lake, b_events, parent=parent, batch_ids=["drill-writer-b"],
                                operation="drill-conflict-b")
-    assert prep_a.candidate is not None and prep_b.candidate is not None
-    stale_paths = {f.path for f in prep_a.candidate.files}
+    assert not prep_a.empty and not prep_b.empty
+    stale_paths = {f.path for f in prep_a.staged_files}
     b_version = commit_candidate(lake, prep_b)
-    lake.publish_version("orders", b_version, digest=prep_b.evidence["digest"] if prep_b.evidence else "")
+    lake.publish_version("orders", b_version, digest=prep_b.evidence.digest)
     stale: dict[str, Any] = {"writer": "A", "error": None, "expected": None, "found": None}
     try:
         commit_candidate(lake, prep_a)
@@ -83,11 +83,10 @@ def _case(lake: Lake, *, a_position: int, b_position: int) -> dict[str, Any]:
                                 operation="drill-conflict-a-rebuilt")
     rebuilt_version = None
     rebuilt_keys = 0
-    if rebuilt.candidate is not None:
-        rebuilt_keys = rebuilt.plan.changed_keys
+    if not rebuilt.empty:
+        rebuilt_keys = int(rebuilt.change.details["changed_keys"])
         rebuilt_version = commit_candidate(lake, rebuilt)
-        lake.publish_version("orders", rebuilt_version, digest=rebuilt.evidence["digest"] if rebuilt.evidence
-                             else "")
+        lake.publish_version("orders", rebuilt_version, digest=rebuilt.evidence.digest)
     current = {r["order_id"]: r for r in lake.read().to_dicts()}
     x = current.get(ORDER_X)
     leaked = _referenced_anywhere(lake, stale_paths)

@@ -106,13 +106,10 @@ CRASH_BATCH = _jsonl([
 
 
 # -- the child interpreter ----------------------------------------------------------------------------
-def child_main() -> None:
-    """Entry point of the killed interpreter: the real CLI, plus the SQLite hook when that point is armed."""
+def child_setup() -> None:
+    """Run first in the killed interpreter (which then runs the real CLI): the SQLite hook when armed."""
     if os.environ.get(CRASH_ENV) == SQLITE_HOOK:
         _install_sqlite_hook()
-    from ..cli.main import cli
-
-    cli(args=sys.argv[1:], prog_name="delta-release")
 
 
 def _install_sqlite_hook() -> None:
@@ -143,7 +140,8 @@ def run_child(lake_dir: Path, batch: Path, point: CrashPoint) -> subprocess.Comp
     env.pop(DELAY_ENV, None)
     if point.delay is not None:
         env[DELAY_ENV] = str(point.delay)
-    code = "from delta_release.drills.crash import child_main; child_main()"
+    code = ("import sys; from delta_release.drills.crash import child_setup; child_setup(); "
+            "from delta_release.cli.main import cli; cli(args=sys.argv[1:], prog_name='delta-release')")
     return subprocess.run([sys.executable, "-c", code, "--lake", str(lake_dir), "ingest", str(batch), "--json"],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 

@@ -25,11 +25,13 @@ from typing import Any
 
 import polars as pl
 
+from .. import _delta
 from ..errors import FreshnessError
-from ..gateway.external import publish_manifest
-from ..gateway.manifest import gate_manifest, parse_manifest
-from ..gateway.producer import produce_hour, upload
+from ..external.manifest import gate_manifest, parse_manifest
+from ..external.producer import produce_hour, upload
+from ..external.publish import publish_manifest
 from ..lake import Lake
+from ..stats import p95
 from .scratch import prepare_scratch
 
 TABLE = "telemetry"
@@ -46,8 +48,7 @@ def _ms(start: float) -> float:
 
 
 def _p95(samples: list[float]) -> float:
-    ordered = sorted(samples)
-    return round(ordered[max(0, int(round(0.95 * len(ordered))) - 1)], 3)
+    return round(p95(samples), 3)
 
 
 def _summary(samples: list[float]) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def run_freshness_drill(uri: str, *, runs: int = 20) -> dict[str, Any]:
 
     # -- stale readers --------------------------------------------------------------------------------
     stale_cached = stale_refresh.gateway.cache[TABLE]
-    stale_rows_if_trusted = (pl.scan_delta(stale_cached.location, version=stale_cached.version)
+    stale_rows_if_trusted = (_delta.scan(stale_cached.location, {}, stale_cached.version)
                              .filter(pl.col("hour") == next_hour).collect().height)
     before = stale_refresh.gateway.requests.snapshot()
     refreshed_rows = _hour_rows(stale_refresh, next_hour)

@@ -15,21 +15,21 @@ The plain id lives only in this call's memory; nothing here writes it, and no er
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from ..apply.fold import partition_filter
+from .. import _delta
 from ..clock import iso
+from ..commit.writer import Change, Plan, replace_partitions, write
+from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
-from ..errors import DeltaReleaseError, InputError, StaleParentError
+from ..errors import DeltaReleaseError, InputError
+from ..tables import DEFAULT_TABLE
+from ..views import partition_filter
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
 from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_batches_holding
-
-if TYPE_CHECKING:
-    from ..lake import Lake
-
 
 
 @dataclass(slots=True, kw_only=True)
@@ -63,45 +63,45 @@ def _check_id(order_id: Any) -> str:
     return order_id
 
 
-def _remove_subject(lake: Lake, table: str, key: str, order_id: str, report: ErasureReport) -> None:
+class RemoveSubject(Plan):
+    """The table without one subject's rows (tombstones too): the partitions holding it, rewritten."""
+
+    def __init__(self, order_id: str) -> None:
+        self.order_id = order_id
+        self.rows_removed = 0
+        self.partitions: list[Any] = []
+
+    def build(self, ctx: TableContext, parent: int) -> Change:
+        key, pcol = ctx.table.key or "", ctx.table.partition
+        lf = _delta.scan(ctx.uri, ctx.storage_options, parent)
+        hits = lf.filter(pl.col(key) == self.order_id).select(pcol).collect()
+        self.partitions = sorted(set(hits[pcol].to_list()), key=lambda d: (d is None, d or 0))
+        if not self.partitions:
+            self.rows_removed = 0
+            return Change(operation="erase")
+        base = lf.filter(partition_filter(pcol, self.partitions)).collect()
+        kept = base.filter(pl.col(key) != self.order_id)
+        self.rows_removed = base.height - kept.height
+        partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in self.partitions}
+        return replace_partitions(ctx, parent, partitions, operation="erase",
+                                  details={"rows_removed": self.rows_removed, "subjects_removed": 1})
+
+
+def _remove_subject(lake: LakeContext, table: str, order_id: str, report: ErasureReport) -> None:
     """Commit the table without the subject's rows (no commit when it holds none)."""
-    from ..ingest import MAX_ATTEMPTS, commit_candidate, stage_candidate
-
-    uri = lake.table_uri(table)
-    pcol = lake.tables[table].partition
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        report.attempts = attempt
-        parent = lake.latest_version(table)
-        assert parent is not None
-        lf = pl.scan_delta(uri, version=parent, storage_options=lake.options or None)
-        hits = lf.filter(pl.col(key) == order_id).select(pcol).collect()
-        if hits.height == 0:
-            return
-        days: list[Any] = sorted(set(hits[pcol].to_list()), key=lambda d: (d is None, d or 0))
-        base = lf.filter(partition_filter(pcol, days)).collect()
-        kept = base.filter(pl.col(key) != order_id)
-        partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in days}
-        prepared = stage_candidate(lake, table=table, parent=parent, partitions=partitions, batch_ids=[],
-                                   operation="erase", rows_removed=base.height - kept.height, subjects_removed=1)
-        assert prepared.candidate is not None and prepared.evidence is not None
-        evidence = prepared.evidence
-        removes = prepared.candidate.removes
-        try:
-            version = commit_candidate(lake, prepared, table=table)
-        except StaleParentError as exc:
-            report.stale_parents.append({"expected": exc.expected, "found": exc.found})
-            continue
-        lake.publish_version(table, version, digest=evidence["digest"])
-        report.version = version
-        report.rows_removed = base.height - kept.height
-        report.partitions = days
-        report.files_removed = [r.path for r in removes]
+    plan = RemoveSubject(order_id)
+    result = write(lake.table(table), plan)
+    report.attempts = result.attempts
+    report.stale_parents = [s.to_json() for s in result.stale_parents]
+    if result.version is None:
         return
-    last = report.stale_parents[-1]
-    raise StaleParentError(table, last["expected"], last["found"])
+    report.version = result.version
+    report.rows_removed = plan.rows_removed
+    report.partitions = plan.partitions
+    report.files_removed = [r.path for r in result.staged.removes]
 
 
-def scrub_quarantine_text(lake: Lake, order_id: str) -> int:
+def scrub_quarantine_text(lake: LakeContext, order_id: str) -> int:
     """Forget the raw text of rejected lines that name the subject but whose subject was never known
     (a line too broken to parse keeps its raw text, and with it the id). Returns the rows changed."""
     from ..contract import Reason, Reject
@@ -122,7 +122,7 @@ def scrub_quarantine_text(lake: Lake, order_id: str) -> int:
     return changed
 
 
-def erase_subject(lake: Lake, order_id: str, *, table: str = "orders",
+def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABLE,
                   raw_retention_days: float = RAW_RETENTION_DAYS,
                   backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
     """Erase one subject (an order id) from `table`; see the module docstring for the steps."""
@@ -139,8 +139,7 @@ def erase_subject(lake: Lake, order_id: str, *, table: str = "orders",
         subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
     if existing is None:
         ledger.write(entry)
-    lake.recover_publication(table)
-    _remove_subject(lake, table, tdef.key, order_id, report)
+    _remove_subject(lake, table, order_id, report)
 
     lineage = table_lineage(lake, table)
     present = data_files_on_storage(lake, table)

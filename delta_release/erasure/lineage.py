@@ -16,7 +16,7 @@ import polars as pl
 from .. import _delta
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 # Operations that never change the file set (delta-rs writes two commits around a vacuum).
 NO_DATA_CHANGE = {"VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UPGRADE PROTOCOL"}
@@ -53,7 +53,7 @@ def _files_from_evidence(ev: dict[str, Any] | None) -> tuple[list[dict[str, Any]
     return files, [str(p) for p in ev["removed"]]
 
 
-def table_lineage(lake: Lake, table: str) -> Lineage:
+def table_lineage(lake: LakeContext, table: str) -> Lineage:
     uri = lake.table_uri(table)
     history = sorted(_delta.history(uri, lake.options), key=lambda h: h["version"])
     lineage = Lineage(latest=history[-1]["version"] if history else -1)
@@ -83,7 +83,7 @@ def table_lineage(lake: Lake, table: str) -> Lineage:
     return lineage
 
 
-def data_files_on_storage(lake: Lake, table: str) -> dict[str, int]:
+def data_files_on_storage(lake: LakeContext, table: str) -> dict[str, int]:
     """Data files present in the table's directory (path relative to the table root -> size)."""
     store = lake.table_storage(table)
     return {o.path: o.size for o in store.list()
@@ -91,7 +91,7 @@ def data_files_on_storage(lake: Lake, table: str) -> dict[str, int]:
             and not o.path.rsplit("/", 1)[-1].startswith(".")}
 
 
-def files_holding(lake: Lake, table: str, key: str, value: str, paths: list[str]) -> set[str]:
+def files_holding(lake: LakeContext, table: str, key: str, value: str, paths: list[str]) -> set[str]:
     """The subset of `paths` (existing data files) that hold a row whose `key` equals `value`.
 
     One Polars scan of the key column with the row-group statistics skipping most of each file.

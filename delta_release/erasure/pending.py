@@ -13,7 +13,7 @@ the erasure records their batch ids in the ledger entry; everything else is reco
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..clock import iso
 from ..contract import decode_batch
@@ -22,7 +22,7 @@ from .ledger import ErasureEntry
 from .lineage import data_files_on_storage
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 RAW_RETENTION_DAYS = 90.0
 BACKUP_EXPIRY_DAYS = 35.0
@@ -32,7 +32,7 @@ def _parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
 
 
-def raw_batches_holding(lake: Lake, order_id: str) -> list[str]:
+def raw_batches_holding(lake: LakeContext, order_id: str) -> list[str]:
     """Ids of the raw batches whose bytes hold `order_id` (an event for it, or a rejected line naming it)."""
     needle = order_id.encode("utf-8")
     out = []
@@ -49,7 +49,7 @@ def raw_batches_holding(lake: Lake, order_id: str) -> list[str]:
     return out
 
 
-def pending_for(lake: Lake, entry: ErasureEntry, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+def pending_for(lake: LakeContext, entry: ErasureEntry, *, raw_retention_days: float = RAW_RETENTION_DAYS,
                 backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[dict[str, Any]]:
     """What still holds `entry`'s subject now, each with `what` and `until` (ISO time)."""
     now = lake.clock.now()
@@ -79,10 +79,27 @@ def pending_for(lake: Lake, entry: ErasureEntry, *, raw_retention_days: float = 
     return out
 
 
-def pending_all(lake: Lake, **kw: Any) -> list[dict[str, Any]]:
+class PendingItem(TypedDict):
+    """Something that still holds an erased subject, and until when."""
+
+    subject: str  # a prefix of the keyed hash, never the id
+    what: str
+    kind: str  # raw_batch, data_files or backup
+    until: str  # ISO time
+    detail: str
+    files: NotRequired[list[str]]
+
+
+def pending_all(lake: LakeContext, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+                backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[PendingItem]:
     """Pending evidence for every erased subject (named by a prefix of its keyed hash)."""
-    out = []
+    out: list[PendingItem] = []
     for entry in lake.erasures.entries():
-        for item in pending_for(lake, entry, **kw):
-            out.append({"subject": entry.subject[:16], **item})
+        for item in pending_for(lake, entry, raw_retention_days=raw_retention_days,
+                                backup_expiry_days=backup_expiry_days):
+            row: PendingItem = {"subject": entry.subject[:16], "what": item["what"], "kind": item["kind"],
+                                "until": item["until"], "detail": item["detail"]}
+            if "files" in item:
+                row["files"] = item["files"]
+            out.append(row)
     return out

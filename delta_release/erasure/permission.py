@@ -11,21 +11,22 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from .. import _delta
 from ..errors import ErasureExposureError
 from .ledger import ErasureEntry
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 _SCAN_CACHE: dict[tuple[str, int, frozenset[str]], frozenset[str]] = {}
 
 
-def _keyed_table(lake: Lake, table: str) -> str | None:
+def _keyed_table(lake: LakeContext, table: str) -> str | None:
     tdef = lake.tables.get(table)
     return tdef.key if tdef is not None else None
 
 
-def subjects_in_version(lake: Lake, table: str, version: int, subjects: frozenset[str]) -> frozenset[str]:
+def subjects_in_version(lake: LakeContext, table: str, version: int, subjects: frozenset[str]) -> frozenset[str]:
     """Which of `subjects` (keyed hashes) `version` holds, by hashing its distinct keys (cached)."""
     key = _keyed_table(lake, table)
     if key is None or not subjects:
@@ -34,7 +35,7 @@ def subjects_in_version(lake: Lake, table: str, version: int, subjects: frozense
     cache_key = (uri, version, subjects)
     if cache_key not in _SCAN_CACHE:
         try:
-            keys = (pl.scan_delta(uri, version=version, storage_options=lake.options or None)
+            keys = (_delta.scan(uri, lake.options, version)
                     .select(pl.col(key).unique()).collect()[key].drop_nulls().to_list())
         except Exception:  # noqa: BLE001 - an unreadable version (files vacuumed): assume the worst
             return subjects
@@ -43,7 +44,7 @@ def subjects_in_version(lake: Lake, table: str, version: int, subjects: frozense
     return _SCAN_CACHE[cache_key]
 
 
-def exposing_entries(lake: Lake, table: str, version: int, *,
+def exposing_entries(lake: LakeContext, table: str, version: int, *,
                      entries: list[ErasureEntry] | None = None) -> list[ErasureEntry]:
     """The erasure entries whose subject `version` of `table` still holds (`entries`: the ledger, when
     the caller already read it)."""
@@ -58,7 +59,7 @@ def exposing_entries(lake: Lake, table: str, version: int, *,
     return out
 
 
-def snapshot_allowed(lake: Lake, table: str, version: int) -> bool:
+def snapshot_allowed(lake: LakeContext, table: str, version: int) -> bool:
     return not exposing_entries(lake, table, version)
 
 
@@ -70,7 +71,7 @@ def exposure_error(table: str, version: int, count: int, *, action: str = "readi
         table=table, version=version, erased_subjects=count)
 
 
-def check_snapshot(lake: Lake, table: str, version: int) -> None:
+def check_snapshot(lake: LakeContext, table: str, version: int) -> None:
     """Raise ErasureExposureError when `version` of `table` still holds an erased subject."""
     exposing = exposing_entries(lake, table, version)
     if exposing:

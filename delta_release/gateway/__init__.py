@@ -1,11 +1,8 @@
-"""Freshness gateway: catalog generations, the reader's metadata cache, external manifests, engines."""
+"""Freshness gateway: catalog generations, the reader's metadata cache, engines."""
 
 from .cache import CachedTable, Requests
 from .catalog import Catalog, MemoryCatalog, Publication, SqliteCatalog, TableEntry
 from .engines import EngineMismatchError, FileSetReport
-from .external import PublishReport, publish_manifest
-from .manifest import GateReport, Manifest, gate_manifest, load_manifest
 
-__all__ = ["CachedTable", "Catalog", "EngineMismatchError", "FileSetReport", "GateReport", "Manifest",
-           "MemoryCatalog", "Publication", "PublishReport", "Requests", "SqliteCatalog", "TableEntry",
-           "gate_manifest", "load_manifest", "publish_manifest"]
+__all__ = ["CachedTable", "Catalog", "EngineMismatchError", "FileSetReport", "MemoryCatalog", "Publication",
+           "Requests", "SqliteCatalog", "TableEntry"]

@@ -25,9 +25,6 @@ class CachedTable:
     refresh_started: str
     refresh_completed: str
 
-    def file_paths(self) -> list[str]:
-        return [f.path for f in self.files]
-
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "generation": self.generation, "location": self.location,
                 "version": self.version, "files": len(self.files), "refresh_started": self.refresh_started,

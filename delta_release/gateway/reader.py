@@ -18,19 +18,19 @@ from .. import _delta
 from ..clock import iso
 from ..erasure.permission import check_snapshot
 from ..errors import FreshnessError, InputError, NotFoundError
+from ..views import current_rows
 from .cache import CachedTable, Requests
 from .engines import FileSetReport, compare_file_sets, duckdb_glob, duckdb_read, file_uri
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
-CURRENT_COLUMNS = ["order_id", "amount_cents", "currency", "event_day", "position"]
 POLICIES = ("refresh", "error")
 PINNED_SNAPSHOTS = 16  # opened snapshots kept per gateway (current + recent pins)
 
 
 class Gateway:
-    def __init__(self, lake: Lake, *, policy: str = "refresh") -> None:
+    def __init__(self, lake: LakeContext, *, policy: str = "refresh") -> None:
         if policy not in POLICIES:
             raise InputError(f"unknown freshness policy {policy!r} (refresh or error)", policy=policy)
         self.lake = lake
@@ -116,12 +116,12 @@ class Gateway:
     def scan(self, table: str, version: int | None, *, include_tombstones: bool = False) -> pl.LazyFrame:
         uri, version = self.resolve(table, version)
         handle, _ = self._snapshot(uri, version)  # the checked snapshot: no second log replay
-        return self._view(table, pl.scan_delta(handle), include_tombstones)
+        return self._view(table, _delta.scan_snapshot(handle), include_tombstones)
 
     def _view(self, table: str, lf: pl.LazyFrame, include_tombstones: bool) -> pl.LazyFrame:
         tdef = self.lake.tables.get(table)
-        if tdef is not None and tdef.name == "orders" and not include_tombstones:
-            lf = lf.filter(pl.col("deleted").not_()).select(CURRENT_COLUMNS).sort("order_id")
+        if tdef is not None and not include_tombstones:
+            return current_rows(lf, tdef)
         return lf
 
     def engine_files(self, table: str, version: int | None = None) -> FileSetReport:

@@ -30,7 +30,7 @@ from .paths import table_relative
 from .problems import classify, log_guard
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 # Polars decodes INT96 timestamps as nanoseconds since the epoch, which only span these instants.
 NS_MIN = dt.datetime(1677, 9, 21, 0, 12, 43, 145225, tzinfo=dt.UTC)
@@ -229,7 +229,7 @@ def read_checked(storage: Storage, table: str, version: int, *, prefer: str = "p
         refusals = list(reasons) if "polars" not in engines else []
         for engine in engines:
             if engine == "polars":
-                return pl.scan_delta(uri, version=version, storage_options=options or None), engine
+                return _delta.scan(uri, options, version), engine
             try:
                 frame = _read(engine, storage, uri, options, version)
             except Exception as exc:  # noqa: BLE001 - an engine that fails is not used; the reason is kept
@@ -253,7 +253,7 @@ def _first_line(exc: BaseException) -> str:
     return next((x.strip() for x in str(exc).splitlines() if x.strip()), "")[:200]
 
 
-def scan_registered(lake: Lake, table: str, version: int | None) -> pl.LazyFrame:
+def scan_registered(lake: LakeContext, table: str, version: int | None) -> pl.LazyFrame:
     """Resolve through the gateway, re-check the version's inventory, then read with an engine that is right."""
     uri, version = lake.gateway.resolve(table, version)
     return read_checked(Storage(uri, lake.options), table, version, options=lake.options)[0]
@@ -266,7 +266,7 @@ def reader_for(storage: Storage, version: int, table: str | None = None) -> dict
     return {"engine": engines[0] if engines else None, "polars_limits": reasons}
 
 
-def read_registered(lake: Lake, table: str, version: int | None, *, engine: str) -> tuple[pl.DataFrame, str]:
+def read_registered(lake: LakeContext, table: str, version: int | None, *, engine: str) -> tuple[pl.DataFrame, str]:
     """Read a registered table with the engine asked for; returns the rows and the engine that read them.
 
     `polars` may be answered by another engine where Polars would be wrong; `duckdb` reads through

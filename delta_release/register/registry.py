@@ -19,7 +19,7 @@ from .problems import log_guard
 from .reader import reader_for
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 KIND = "registered"
 
@@ -40,7 +40,7 @@ class Registration:
                 "reader": self.reader}
 
 
-def register_table(lake: Lake, name: str, uri: str) -> Registration:
+def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
     """Gate the table at `uri` at its latest version, then catalog and publish it as `name`."""
     if not name or "/" in name or name.startswith(("_", ".")):
         raise InputError(f"bad table name {name!r}", table=name)

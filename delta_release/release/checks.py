@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 from .. import _delta
 from ..apply import reference_fold
 from ..contract import decode_batch
 from ..contract.decode import split_lines
+from ..views import current_rows
 
 if TYPE_CHECKING:
     from ..lake import Lake
@@ -140,9 +139,7 @@ def _accepted_events(lake: Lake) -> list[dict[str, Any]]:
 def check_pinned_query(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
     uri = lake.table_uri("orders")
-    frame = (pl.scan_delta(uri, version=ctx.candidate_version, storage_options=lake.options or None)
-             .filter(pl.col("deleted").not_()).select("order_id", "amount_cents", "currency", "event_day", "position")
-             .sort("order_id").collect())
+    frame = current_rows(_delta.scan(uri, lake.options, ctx.candidate_version), lake.table_def("orders")).collect()
     got = {r["order_id"]: (r["amount_cents"], r["currency"], r["event_day"], r["position"]) for r in frame.to_dicts()}
     want = {k: (v["amount_cents"], v["currency"], v["event_day"], v["position"])
             for k, v in reference_fold(_accepted_events(lake)).items()}
@@ -193,9 +190,9 @@ def check_audit(ctx: RunContext) -> CheckResult:
 def receive_manifest(lake: Lake, path: Path) -> Any:
     """Take a producer's drop: the objects listed by the manifest, found beside it, uploaded into the table
     under their immutable names (an existing name is never overwritten). Returns the parsed manifest."""
-    from ..gateway.external import ensure_table
-    from ..gateway.manifest import load_manifest
-    from ..gateway.producer import upload
+    from ..external.manifest import load_manifest
+    from ..external.producer import upload
+    from ..external.publish import ensure_table
 
     manifest = load_manifest(path, lake.tables)
     ensure_table(lake, manifest.table)
@@ -210,7 +207,7 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
     the same manifest with one object that was never written must fail as `missing`."""
     from dataclasses import replace
 
-    from ..gateway.manifest import ManifestFile, gate_manifest
+    from ..external.manifest import ManifestFile, gate_manifest
 
     reports = []
     ok = bool(ctx.config.manifests)

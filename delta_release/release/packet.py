@@ -88,8 +88,8 @@ def pending_evidence(lake: Lake, config: ReleaseConfig, now: datetime) -> dict[s
     try:
         from ..erasure.pending import pending_all
 
-        items += pending_all(lake, raw_retention_days=config.raw_retention_days,
-                             backup_expiry_days=config.backup_expiry_days)
+        items += [dict(i) for i in pending_all(lake, raw_retention_days=config.raw_retention_days,
+                             backup_expiry_days=config.backup_expiry_days)]
     except (ImportError, TypeError):
         pass
     for item in items:

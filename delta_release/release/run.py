@@ -4,7 +4,6 @@ then ship (publish the generation) or hold (publish nothing), and write the pack
 from __future__ import annotations
 
 import shutil
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import polars as pl
 
 from ..clock import Clock, iso
 from ..lake import Lake
+from ..stats import p95
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
 from .packet import cost, pending_evidence, rollback_plan, write_packet
@@ -27,7 +27,7 @@ def _quiet(_: str) -> None:
 
 
 def _p95(samples: list[float]) -> float:
-    return statistics.quantiles(samples, n=20)[-1] if len(samples) >= 2 else (samples[0] if samples else 0.0)
+    return p95(samples)
 
 
 def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[str, float]:
@@ -69,7 +69,7 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    reports = []
+    reports: list[dict[str, Any]] = []
     for source in cfg.sources:
         tick(f"ingest {source.name}")
         reports.append(lake.ingest(source, publish=False).to_json())
@@ -92,8 +92,8 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         telemetry = _publish_manifests(lake, cfg)
     planning = planning_times(lake, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
-    for r in reports:
-        for k, v in r["reasons"].items():
+    for rep in reports:
+        for k, v in rep["reasons"].items():
             by_reason[k] = by_reason.get(k, 0) + v
     packet: dict[str, Any] = {
         "packet_format": 1,
@@ -139,7 +139,7 @@ def _version(pub: Any) -> int | None:
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:
-    from ..gateway.external import publish_manifest
+    from ..external.publish import publish_manifest
     from .checks import receive_manifest
 
     out = []

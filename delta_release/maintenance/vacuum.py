@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from .lineage import table_lineage
-from .permission import snapshot_allowed
+from ..erasure.lineage import table_lineage
+from ..erasure.permission import snapshot_allowed
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 RETAIN_VERSIONS = 10
 REPLAY_HORIZON_HOURS = 168.0
@@ -57,7 +57,7 @@ class VacuumReport:
                 "kept_current": self.kept_current, "bytes_removed": self.bytes_removed}
 
 
-def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None]]:
+def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime | None]]:
     """(path, size, modified) of every file in the table directory outside the Delta log."""
     store = lake.table_storage(table)
     base = store.uri().removeprefix("s3://") if not store.is_local else store.root
@@ -76,7 +76,7 @@ def _table_files(lake: Lake, table: str) -> list[tuple[str, int, datetime | None
     return sorted(out)
 
 
-def vacuum_table(lake: Lake, *, table: str = "orders", apply: bool = False,
+def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = False,
                  retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
                  orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
     lineage = table_lineage(lake, table)

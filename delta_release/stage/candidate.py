@@ -12,7 +12,7 @@ import hashlib
 import io
 import json
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._delta import FileAdd
+from .._delta import FileAdd, FileEntry
+from ..evidence import FileRecord
 from ..faults import crash_point
 from ..storage import Storage
 
@@ -53,11 +54,14 @@ class FileEvidence:
                        partition_values={k: None if v is None else str(v) for k, v in self.partition.items()},
                        stats=self.stats, modification_time=self.modification_time)
 
+    def record(self) -> FileRecord:
+        """The file's entry in the commit evidence."""
+        return FileRecord(path=self.path, size=self.size, sha256=self.sha256, rows=self.rows,
+                          partition=dict(self.partition), min_partition=self.min_partition,
+                          max_partition=self.max_partition, distinct_keys=self.distinct_keys)
+
     def public(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.pop("stats")
-        out.pop("modification_time")
-        return out
+        return self.record().to_json()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -67,12 +71,7 @@ class Candidate:
     parent: int
     batch_ids: list[str]
     files: list[FileEvidence]
-    removes: list[Any]  # FileEntry of the parent version
-
-    def evidence(self, **extra: Any) -> dict[str, Any]:
-        return {"candidate": self.candidate_id, "table": self.table, "parent": self.parent,
-                "batch_ids": self.batch_ids, "files": [f.public() for f in self.files],
-                "removed": [r.path for r in self.removes], **extra}
+    removes: list[FileEntry]  # of the parent version
 
 
 def file_stats(table: pa.Table, columns: list[str] | None = None) -> str:
@@ -140,8 +139,8 @@ def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: d
 
 
 def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: list[str],
-                     partition_column: str, key: str, file_schema: pa.Schema,
-                     partitions: dict[Any, pl.DataFrame], removes: list[Any], now_ms: int) -> Candidate:
+                     partition_column: str, key: str | None, file_schema: pa.Schema,
+                     partitions: dict[Any, pl.DataFrame], removes: list[FileEntry], now_ms: int) -> Candidate:
     """Write every partition's new content as fresh files; nothing is visible until the commit."""
     candidate_id = uuid.uuid4().hex[:20]
     files: list[FileEvidence] = []

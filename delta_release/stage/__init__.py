@@ -1,4 +1,4 @@
-"""Candidate (staged files + evidence), gate (files on storage match their evidence), strict commit."""
+"""Stage and gate: a candidate's new files with their evidence, and the check that storage matches them."""
 
 from .candidate import Candidate, FileEvidence, partition_dir, stage_partitions
 from .gate import check_file, gate_candidate

@@ -86,7 +86,7 @@ def write_fixtures(directory: Path) -> list[Path]:
     return out
 
 
-if __name__ == "__main__":  # python -m delta_release.gateway.producer fixtures/telemetry
+if __name__ == "__main__":  # python -m delta_release.external.producer fixtures/telemetry
     import sys
 
     for p in write_fixtures(Path(sys.argv[1] if len(sys.argv) > 1 else "fixtures/telemetry")):

@@ -25,12 +25,12 @@ import pyarrow.parquet as pq
 
 from .. import _delta
 from ..errors import InputError
-from ..publish.candidate import file_stats, footer_stats
+from ..stage.candidate import file_stats, footer_stats
 from ..storage import Storage
 from ..tables import TableDef
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from ..context import LakeContext
 
 _KEYS = {"table", "partition", "generation", "files"}
 _FILE_KEYS = {"path", "size_bytes", "records", "sha256"}
@@ -188,7 +188,7 @@ class GateReport:
                 "retained": self.retained, "inventory": self.inventory, "details": self.details}
 
 
-def registered_files(lake: Lake, table: str) -> dict[str, str | None]:
+def registered_files(lake: LakeContext, table: str) -> dict[str, str | None]:
     """Every file any version of `table` ever registered through us: path -> sha256 recorded for it."""
     uri = lake.table_uri(table)
     if lake.latest_version(table) is None:
@@ -227,7 +227,7 @@ def _check_links(storage: Storage, manifest: Manifest, paths: list[str]) -> None
                              file=manifest.source, path=rel)
 
 
-def gate_manifest(lake: Lake, manifest: Manifest) -> GateReport:
+def gate_manifest(lake: LakeContext, manifest: Manifest) -> GateReport:
     """Compare the manifest with the partition's object inventory; nothing is registered here."""
     tdef = lake.table_def(manifest.table)
     storage = lake.table_storage(manifest.table)

@@ -1,0 +1,266 @@
+"""The one writer path: every commit of ours goes through here.
+
+    write(ctx, plan):
+        before_work(ctx)                       # recover an interrupted publication (+ issue 13's hooks)
+        repeat (at most MAX_ATTEMPTS):
+            parent = latest version
+            staged = stage(ctx, plan, parent)  # plan.build(ctx, parent) -> Change; stage; gate; evidence
+            plan.before_commit(ctx, staged)    # the plan's side effects that must precede the commit
+            version = commit(ctx, staged)      # strict, on `parent`; StaleParentError -> discard, retry
+            publish (or defer to a later ship decision)
+
+A plan only says WHAT it wants on a given parent (`Change`): partitions whose whole content it
+replaces, files already on storage it (re-)registers, files it removes, and its evidence details. It is
+rebuilt from scratch on every attempt, so a stale parent never publishes a candidate computed on an old
+snapshot (a delete would come back). Anything staged by a failed attempt is discarded.
+
+`stage` and `commit` are separate calls so a caller can stage a candidate, check it, and commit it later
+on the same parent (`commit` raises StaleParentError if the table moved meanwhile).
+
+Crash points (names kept for the crash drill): stage.after_first_file (in stage/candidate.py),
+ingest.after_staging, ingest.after_gate, commit.during (a window around the Delta commit),
+ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from .. import _delta
+from ..context import TableContext
+from ..errors import NotFoundError, StaleParentError
+from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
+from ..faults import crash_point, crash_window
+from ..gateway.catalog import Publication
+from ..stage import Candidate, gate_candidate, stage_partitions
+from ..stage.candidate import FileEvidence
+
+MAX_ATTEMPTS = 8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExistingFile:
+    """A file already on storage that a commit adds (a rollback's re-add, a producer's file); the plan has
+    gated it before returning it."""
+
+    add: _delta.FileAdd
+    record: FileRecord
+
+
+@dataclass(slots=True, kw_only=True)
+class Change:
+    """What a plan wants on one parent. Empty: nothing to commit."""
+
+    operation: str
+    partitions: dict[Any, pl.DataFrame] = field(default_factory=dict)  # value -> new content; staged here
+    existing: list[ExistingFile] = field(default_factory=list)
+    removes: list[_delta.FileEntry] = field(default_factory=list)  # files of the parent version
+    batch_ids: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)  # evidence details (JSON-able, no subject ids)
+    label: str | None = None  # a publication label (an external generation)
+
+    @property
+    def empty(self) -> bool:
+        return not self.partitions and not self.existing and not self.removes
+
+
+class Plan:
+    """What a caller of `write` supplies. Subclass and implement `build`; a plan may keep what it learns
+    (conflicts, counts) as attributes for its caller's report. `build` runs once per attempt."""
+
+    def build(self, ctx: TableContext, parent: int) -> Change:
+        raise NotImplementedError
+
+    def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
+        """Runs after staging and the gate, before the commit (also for an empty change). An exception
+        discards the staged files and ends the write."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagedCandidate:
+    """A gated candidate on `parent`: nothing of it is visible until `commit`."""
+
+    table: str
+    parent: int
+    change: Change
+    staged: Candidate | None  # the files written for `change.partitions` (None when none)
+    evidence: CommitEvidence
+
+    @property
+    def empty(self) -> bool:
+        return self.change.empty
+
+    @property
+    def staged_files(self) -> list[FileEvidence]:
+        return [] if self.staged is None else list(self.staged.files)
+
+    @property
+    def adds(self) -> list[_delta.FileAdd]:
+        return [f.to_add() for f in self.staged_files] + [e.add for e in self.change.existing]
+
+    @property
+    def removes(self) -> list[_delta.FileEntry]:
+        return list(self.change.removes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaleParent:
+    expected: int | None
+    found: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"expected": self.expected, "found": self.found}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteResult:
+    """The outcome of `write`: the version committed (None when the change was empty), what was
+    committed, and the publication (None when deferred or nothing changed)."""
+
+    table: str
+    version: int | None
+    staged: StagedCandidate
+    publication: Publication | None
+    attempts: int
+    stale_parents: list[StaleParent]
+
+
+# -- the steps ------------------------------------------------------------------------------------
+def partition_text(value: Any) -> str | None:
+    """A partition value as the Delta log writes it (None stays None: the null partition)."""
+    return None if value is None else str(value)
+
+
+def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: Any) -> list[_delta.FileEntry]:
+    """The files of `entries` in the partitions `values` (None: the null partition): what a rewrite removes."""
+    wanted = {partition_text(v) for v in values}
+    return [e for e in entries if partition_text(e.partition_values.get(column)) in wanted]
+
+
+def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.DataFrame], *, operation: str,
+                       batch_ids: list[str] | None = None, details: dict[str, Any] | None = None) -> Change:
+    """A change that replaces whole partitions: their new content, and every file they hold at `parent`."""
+    removes = files_of_partitions(_delta.file_entries(ctx.uri, ctx.storage_options, parent),
+                                  ctx.table.partition, partitions) if partitions else []
+    return Change(operation=operation, partitions=partitions, removes=removes, batch_ids=list(batch_ids or []),
+                  details=dict(details or {}))
+
+
+def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMMEDIATE) -> StagedCandidate:
+    """Ask `plan` for its change on `parent`, write its new files, gate them, record the evidence.
+    Nothing is visible; on any failure the files written here are removed."""
+    change = plan.build(ctx, parent)
+    candidate: Candidate | None = None
+    try:
+        if change.partitions:
+            tdef = ctx.table
+            candidate = stage_partitions(ctx.storage, table=ctx.name, parent=parent, batch_ids=change.batch_ids,
+                                         partition_column=tdef.partition, key=tdef.key,
+                                         file_schema=tdef.file_schema(), partitions=change.partitions,
+                                         removes=change.removes, now_ms=ctx.now_ms())
+            crash_point("ingest.after_staging")
+            gate_candidate(ctx.storage, candidate)
+            crash_point("ingest.after_gate")
+    except BaseException:
+        if candidate is not None:
+            _discard_files(ctx, candidate.files)
+        raise
+    files = ([f.record() for f in candidate.files] if candidate else []) + [e.record for e in change.existing]
+    evidence = CommitEvidence(operation=change.operation, table=ctx.name, parent=parent,
+                              candidate=candidate.candidate_id if candidate else None, batch_ids=change.batch_ids,
+                              files=files, removed=[r.path for r in change.removes], publication=publication,
+                              details=change.details)
+    return StagedCandidate(table=ctx.name, parent=parent, change=change, staged=candidate, evidence=evidence)
+
+
+def commit(ctx: TableContext, staged: StagedCandidate) -> int:
+    """One strict Delta commit of a staged candidate on its parent; returns the new version.
+
+    StaleParentError (the table moved past the parent) discards the staged files first: that commit
+    did not land. Any other error leaves them (the commit may have landed); vacuum's orphan rule
+    removes them if no version references them."""
+    try:
+        with crash_window("commit.during"):
+            return _delta.commit(ctx.uri, ctx.storage_options, table=ctx.name, parent=staged.parent,
+                                 adds=staged.adds, removes=staged.removes, evidence=staged.evidence.to_json(),
+                                 partition_by=[ctx.table.partition])
+    except StaleParentError:
+        discard(ctx, staged)
+        raise
+
+
+def discard(ctx: TableContext, staged: StagedCandidate) -> None:
+    """Remove the files a staged candidate wrote; no version references them."""
+    _discard_files(ctx, staged.staged_files)
+
+
+def _discard_files(ctx: TableContext, files: list[FileEvidence]) -> None:
+    store = ctx.storage
+    for f in files:
+        store.delete(f.path)
+
+
+def publish(ctx: TableContext, version: int, evidence: CommitEvidence, *, label: str | None = None) -> Publication:
+    """Point the catalog at `version` under the evidence's digest."""
+    return ctx.publisher.publish(ctx.name, version, digest=evidence.digest, label=label)
+
+
+def recover_publication(ctx: TableContext) -> Publication | None:
+    """Publish a commit of ours that landed but whose catalog update was interrupted (not a deferred one:
+    that waits for its release run's ship decision)."""
+    latest = ctx.latest_version()
+    current = ctx.publisher.current(ctx.name)
+    if latest is None or (current is not None and current.version >= latest):
+        return current
+    raw = _delta.history(ctx.uri, ctx.storage_options, 1)[0]["evidence"]
+    if raw is None:
+        return current  # not ours
+    evidence = CommitEvidence.from_json(raw)
+    if evidence.publication == DEFERRED:
+        return current
+    return ctx.publisher.publish(ctx.name, latest, digest=str(raw.get("digest", "")))
+
+
+def before_work(ctx: TableContext) -> None:
+    """What every writer does before it reads its parent: finish work a killed writer left behind.
+
+    Today: publish a landed-but-unpublished commit. Issue 13 adds here: complete a pending erasure."""
+    recover_publication(ctx)
+
+
+def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
+          max_attempts: int = MAX_ATTEMPTS) -> WriteResult:
+    """Build `plan` on the latest parent, stage, gate, commit strictly, retry on a stale parent, publish.
+
+    With publish_now=False the commit lands with `publication: deferred` in its evidence and the
+    catalog is left alone (a release run publishes on ship)."""
+    before_work(ctx)
+    stale: list[StaleParent] = []
+    publication = IMMEDIATE if publish_now else DEFERRED
+    for attempt in range(1, max_attempts + 1):
+        parent = ctx.latest_version()
+        if parent is None:
+            raise NotFoundError(f"no Delta table for {ctx.name}", table=ctx.name)
+        staged = stage(ctx, plan, parent, publication=publication)
+        try:
+            plan.before_commit(ctx, staged)
+        except BaseException:
+            discard(ctx, staged)
+            raise
+        if staged.empty:
+            return WriteResult(table=ctx.name, version=None, staged=staged, publication=None, attempts=attempt,
+                               stale_parents=stale)
+        try:
+            version = commit(ctx, staged)
+        except StaleParentError as exc:
+            stale.append(StaleParent(expected=exc.expected, found=exc.found))
+            continue
+        crash_point("ingest.after_commit")
+        pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
+        crash_point("ingest.after_publish")
+        return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
+                           stale_parents=stale)
+    raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)

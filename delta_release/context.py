@@ -1,0 +1,160 @@
+"""What the layers below the facade are given instead of the `Lake`: plain resources, no verbs.
+
+- `TableContext`: one table as a writer sees it (name, URI, storage options, definition, clock, the
+  publisher, the erasure ledger). `delta_release.commit.writer` takes nothing else.
+- `LakeContext`: the lake-wide resources (root storage, catalog, clock, table definitions, raw store,
+  quarantine, erasure ledger, publisher, the freshness gateway) and the lookups every layer needs
+  (`table_def`, `table_uri`, `table_storage`, `latest_version`, `table(name) -> TableContext`).
+
+`delta_release.lake.Lake` is a `LakeContext` with the user's verbs on top; nothing below it imports
+`lake.py` (tests/test_architecture.py enforces it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from . import _delta
+from .clock import Clock, iso
+from .errors import GenerationConflictError, InputError, NotFoundError
+from .faults import crash_point
+from .gateway.catalog import Catalog, Publication
+from .storage import Storage
+from .tables import TableDef
+
+if TYPE_CHECKING:
+    from .erasure.ledger import ErasureLedger
+    from .gateway.reader import Gateway
+    from .quarantine.ledger import QuarantineLedger
+    from .raw.store import RawStore
+
+PUBLISH_ATTEMPTS = 20
+
+
+class Publisher(Protocol):
+    """Moves the catalog's publication pointer of a table (what readers resolve)."""
+
+    def current(self, table: str) -> Publication | None: ...
+
+    def publish(self, table: str, version: int, *, digest: str, label: str | None = None) -> Publication: ...
+
+
+class CatalogPublisher:
+    """Publication as a compare-and-swap on the catalog's generation; never moves a table backwards."""
+
+    def __init__(self, catalog: Catalog, clock: Clock) -> None:
+        self.catalog = catalog
+        self.clock = clock
+
+    def current(self, table: str) -> Publication | None:
+        return self.catalog.current(table)
+
+    def publish(self, table: str, version: int, *, digest: str, label: str | None = None) -> Publication:
+        """Point the catalog at `version`. A labelled publication may re-publish the current version, but
+        never an older one (I8); an unlabelled one is a no-op at or below the current version."""
+        for _ in range(PUBLISH_ATTEMPTS):
+            current = self.catalog.current(table)
+            if current is not None and (current.version > version or (current.version == version and label is None)):
+                return current
+            crash_point("publish.before_swap")
+            try:
+                return self.catalog.publish(table, expected_generation=None if current is None
+                                            else current.generation, version=version, digest=digest,
+                                            completed=iso(self.clock.now()), label=label)
+            except GenerationConflictError:
+                continue
+        raise GenerationConflictError(table, None, None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableContext:
+    """One table, as a writer needs it. Cheap to build; build a new one rather than mutate it."""
+
+    name: str
+    uri: str
+    storage_options: dict[str, str]
+    table: TableDef
+    clock: Clock
+    publisher: Publisher
+    erasures: ErasureLedger
+
+    @property
+    def storage(self) -> Storage:
+        """The table root as a Storage (paths relative to it, as the Delta log writes them)."""
+        return Storage(self.uri, self.storage_options)
+
+    def latest_version(self) -> int | None:
+        return _delta.latest_version(self.uri, self.storage_options)
+
+    def now_ms(self) -> int:
+        return int(self.clock.now().timestamp() * 1000)
+
+
+class LakeContext:
+    """The lake's resources and lookups. `Lake` extends it with the user's verbs."""
+
+    storage: Storage
+    catalog: Catalog
+    clock: Clock
+    tables: dict[str, TableDef]
+    raw: RawStore
+    quarantine: QuarantineLedger
+    erasures: ErasureLedger
+    publisher: Publisher
+    gateway: Gateway
+
+    # -- locations -------------------------------------------------------------------------------
+    def default_location(self, table: TableDef) -> str:
+        """What the catalog records: a path relative to the lake root for tables inside the lake (so a
+        copied or moved lake points at its own tables, never the original's), else the absolute URI."""
+        return table.location or table.name
+
+    def resolve_location(self, location: str) -> str:
+        """A catalog location as a URI: relative locations are inside this lake's root."""
+        return location if "://" in location or location.startswith("/") else self.storage.uri(location)
+
+    def table_def(self, name: str) -> TableDef:
+        """The definition of a table we write (tables/*.yaml); NotFoundError / InputError otherwise."""
+        if name not in self.tables:
+            entry = self.catalog.table(name)
+            if entry is None:
+                raise NotFoundError(f"unknown table {name!r}", table=name)
+            raise InputError(f"table {name!r} is {entry.kind} (written by others): it has no table definition",
+                             table=name, kind=entry.kind)
+        return self.tables[name]
+
+    def table_uri(self, name: str) -> str:
+        """The table's root URI, from the catalog."""
+        entry = self.catalog.table(name)
+        if entry is None:
+            raise NotFoundError(f"table {name!r} is not in the catalog", table=name)
+        return self.resolve_location(entry.location)
+
+    def table_storage(self, name: str) -> Storage:
+        """The table root as a Storage."""
+        return Storage(self.table_uri(name), self.storage.storage_options)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The lake's storage options (passed to every engine)."""
+        return self.storage.storage_options
+
+    def latest_version(self, name: str) -> int | None:
+        """The newest Delta version of a table (committed, not necessarily published); None if no table."""
+        return _delta.latest_version(self.table_uri(name), self.options)
+
+    def table(self, name: str) -> TableContext:
+        """The writer's context for one of our tables."""
+        return TableContext(name=name, uri=self.table_uri(name), storage_options=self.options,
+                            table=self.table_def(name), clock=self.clock, publisher=self.publisher,
+                            erasures=self.erasures)
+
+    # -- publication -----------------------------------------------------------------------------
+    def published(self, name: str) -> Publication | None:
+        """The catalog's current publication of a table (what readers get), or None."""
+        return self.publisher.current(name)
+
+    def publish_version(self, name: str, version: int, *, digest: str, label: str | None = None) -> Publication:
+        """Point the catalog at `version` (compare-and-swap; never moves a table backwards by accident)."""
+        return self.publisher.publish(name, version, digest=digest, label=label)
