@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 
 from ..erasure.lineage import table_lineage
 from ..erasure.permission import snapshot_allowed
+from ..faults import crash_point
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -129,6 +130,8 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
     report.bytes_removed = sum(r["size"] for r in report.removed)
     if apply:
         store = lake.table_storage(table)
-        for item in report.removed:
+        for i, item in enumerate(report.removed):
             store.delete(item["path"])
+            if i == 0:
+                crash_point("vacuum.after_first_remove")
     return report
