@@ -96,7 +96,7 @@ def test_matrix_covers_every_writer_and_the_generic_points() -> None:
 
 
 def test_erased_id_scan_reads_parquet_and_skips_raw(tmp_path: Path) -> None:
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     lake.ingest(jsonl([up(ERASED, 1, day=3), up("keep", 2, day=3)]))
     assert "_raw/" in " ".join(files_holding(tmp_path / "lake", ERASED))
     assert erased_id_holders(tmp_path / "lake", allow_disallowed=False) == {}  # not erased: not a needle

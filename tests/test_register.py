@@ -47,7 +47,7 @@ def invoke(lake: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg
 def lake(tmp_path: Path) -> dr.Lake:
     from delta_release.clock import FixedClock
 
-    return dr.Lake.open(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
+    return dr.Lake.create(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
 
 
 @pytest.mark.parametrize("name", [SPARK, PARTITIONED, DV, EDGE, MAPPING])

@@ -173,7 +173,7 @@ class Scene:
 
 
 def _base(lake_dir: Path) -> Lake:
-    lake = Lake.open(lake_dir)
+    lake = Lake.create(lake_dir)
     lake.ingest(BASE_BATCH)
     lake.erase(ERASED)
     return lake
