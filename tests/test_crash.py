@@ -135,7 +135,8 @@ def test_subset_kills_every_writer_and_keeps_the_invariants(subset_result: dict[
     assert isinstance(checks, dict)
     writers = result["writers"]
     assert isinstance(writers, list)
-    details = {(w["writer"], p["label"]): [k for k, ok in p["checks"].items() if not ok and not _open(k)]
+    details = {(w["writer"], p["label"]): [k for k, ok in p["checks"].items()
+                                           if not ok and not _open(f"{w['writer']}:{k}")]
                for w in writers for p in w["points"]}
     labels = {f"{w}:{lbl}" for (w, lbl) in details}
     assert sorted(k for k, ok in checks.items() if not ok and k not in labels and not _open(k)) == []
@@ -165,7 +166,7 @@ def test_drill_crash_cli_full_matrix(tmp_path: Path) -> None:
     labels = {f"{w['writer']}:{p['label']}" for w in result["writers"] for p in w["points"]}
     failed = sorted(k for k, ok in result["checks"].items() if not ok and k not in labels and not _open(k))
     failed += sorted(f"{w['writer']}:{p['label']}:{k}" for w in result["writers"] for p in w["points"]
-                     for k, ok in p["checks"].items() if not ok and not _open(k))
+                     for k, ok in p["checks"].items() if not ok and not _open(f"{w['writer']}:{k}"))
     assert failed == [], failed
     assert proc.returncode == (0 if result["passed"] else 3)
     kills = [p for w in result["writers"] for p in w["points"]]
