@@ -157,7 +157,7 @@ def test_subset_passes_whole(subset_result: dict[str, object]) -> None:
     assert subset_result["passed"], [k for k, ok in subset_result["checks"].items() if not ok]  # type: ignore[union-attr]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_drill_crash_cli_full_matrix(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "scratch"), "drill",
                            "crash", "--json"], capture_output=True, text=True, timeout=3600, check=False)
