@@ -269,7 +269,9 @@ def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
     per_batch = [{"batch_id": r["batch_id"], "extracted": r["extracted"], "quarantined": r["quarantined"],
                   "share": round(_share(r["quarantined"], r["extracted"]), 4)} for r in ctx.reports]
     over = [b for b in per_batch if b["share"] > t.rejected_per_batch]
-    within = _share(len(per_batch) - len(over), len(per_batch)) if per_batch else 1.0
+    # "mostly", weighted by lines: a tiny all-bad batch among large good ones does not hold the run by itself
+    lines = sum(b["extracted"] for b in per_batch)
+    within = _share(lines - sum(b["extracted"] for b in over), lines) if lines else 1.0
     ctx.evidence["rejected_per_batch"] = per_batch
     extracted = sum(r["extracted"] for r in ctx.reports)
     quarantined = sum(r["quarantined"] for r in ctx.reports)
@@ -288,8 +290,9 @@ def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
 
     return [
         CheckResult(name="rejected_per_batch", passed=within >= t.rejected_mostly,
-                    detail=f"{len(per_batch) - len(over)} of {len(per_batch)} batches ({pct(within)}) reject at most"
-                           f" {pct(t.rejected_per_batch)} of their lines; at least {pct(t.rejected_mostly)} must"
+                    detail=f"{pct(within)} of the run's lines are in batches that reject at most"
+                           f" {pct(t.rejected_per_batch)} of their lines; at least {pct(t.rejected_mostly)} must be"
+                           f" ({len(over)} of {len(per_batch)} batches over)"
                            + ("; over: " + ", ".join(f"{b['batch_id']} {pct(b['share'])}" for b in over)
                               if over else ""),
                     evidence={"observed": round(within, 4), "threshold": t.rejected_mostly,

@@ -83,7 +83,7 @@ class Thresholds:
 # Defaults chosen so the demo ships and a batch of 95 garbage lines + 5 good ones holds (tests pin both).
 THRESHOLD_DEFAULTS: dict[str, Any] = {
     "rejected.per_batch": 0.50,  # a batch whose quarantined/extracted share is above this is "over"
-    "rejected.mostly": 0.75,     # at least this share of the run's batches must not be "over"
+    "rejected.mostly": 0.75,     # at least this share of the run's lines must be in batches not "over"
     "rejected.overall": 0.20,    # quarantined/extracted over all the run's batches
     "rejected.by_reason.default": 0.05,  # per reason code, share of the run's extracted lines
     "late_events.max_share": 0.10,  # accepted events whose position is below the table's max applied position
