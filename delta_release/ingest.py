@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -18,6 +18,7 @@ from .contract.decode import count_reasons
 from .errors import GateError, ReconciliationError, StaleParentError
 from .faults import crash_point, crash_window
 from .publish import Candidate, gate_candidate, stage_partitions
+from .quarantine.upkeep import writer_start
 from .raw import batch_id_of
 
 if TYPE_CHECKING:
@@ -72,19 +73,6 @@ def _erasure_filter(lake: Lake, decoded: DecodedBatch) -> tuple[pl.DataFrame, li
                       raw=None, order_id=oid)
                for oid, line in decoded.events.filter(mask).select("order_id", "line").iter_rows()]
     return decoded.events.filter(mask.not_()), rejects
-
-
-def _forget_erased(lake: Lake, rejects: list[Reject]) -> list[Reject]:
-    """Rejected lines of an erased subject keep their reason and line, never their raw text."""
-    erased = lake.erasures.erased_subjects()
-    if not erased:
-        return rejects
-    from .erasure.text import names_erased_subject
-
-    key = lake.erasures.subject_key
-    return [replace(r, raw=None) if (r.order_id and key(r.order_id) in erased) or (
-                r.order_id is None and r.raw is not None and names_erased_subject(r.raw, erased, key)) else r
-            for r in rejects]
 
 
 def evidence_digest(evidence: dict[str, Any]) -> str:
@@ -171,6 +159,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
                  publish: bool = True) -> IngestReport:
     """Ingest one batch. With publish=False (a release run) the commit lands but the catalog is left to
     the run's ship decision, and crash recovery will not publish it either."""
+    writer_start(lake.storage)  # stale temp files, legacy quarantine ledger (quarantine/upkeep.py)
     decoded = decode_batch(data)
     batch_id = batch_id_of(data)
     lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
@@ -196,7 +185,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
         conflicts = prepared.plan.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
                                    raw=_line_text(data, c.line), order_id=c.order_id) for c in conflicts]
-        rejects = sorted([*_forget_erased(lake, decoded.rejects), *blocked, *conflict_rejects],
+        rejects = sorted([*decoded.rejects, *blocked, *conflict_rejects],
                          key=lambda r: r.line)
         accepted = events.height - len(conflicts)
         if accepted + len(rejects) != decoded.extracted:
@@ -205,7 +194,7 @@ def ingest_batch(lake: Lake, data: bytes, *, replay: bool = False, table: str = 
             raise ReconciliationError(batch_id, decoded.extracted, accepted, len(rejects))
         report.accepted, report.quarantined = accepted, len(rejects)
         report.reasons = count_reasons(rejects)
-        lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key)
+        lake.quarantine.write(batch_id, rejects, lake.erasures.subject_key, data)
         crash_point("ingest.after_quarantine")
         if prepared.candidate is None:
             return report
