@@ -6,9 +6,10 @@ any way, so "every string" is taken broadly:
 
 - the whole line (stripped), and every JSON string literal in it, decoded (`"ord\\u002d1"` is `ord-1`);
 - the tail after an unterminated `"` (raw and decoded);
-- every substring of at most `MAX_ORDER_ID` characters that starts and ends at a token boundary (the
-  start or end of the line, or next to a character that is not a letter or digit): an id written unquoted,
-  in single quotes, inside a sentence, or with spaces or punctuation of its own.
+- every single-quoted string, and every token between delimiters (whitespace, quotes, `,:;={}[]`), with
+  and without surrounding punctuation, alone and joined with up to `SPAN - 1` following tokens (an id
+  written unquoted, inside a sentence, or with spaces or commas of its own), when at most `MAX_ORDER_ID`
+  characters long.
 
 A line with more candidates than `MAX_CANDIDATES` counts as naming one (once a subject is erased, a line
 that odd is withheld rather than shown). Used by `quarantine --show`; ingest and erasure never need it.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator
 from ..contract.decode import MAX_ORDER_ID
 
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
-MAX_CANDIDATES = 200_000
+MAX_CANDIDATES = 20_000
 
 
 def _decoded(token: str) -> str | None:
@@ -46,15 +47,10 @@ def _unterminated_tail(text: str) -> str | None:
     return rest[cut + 1:] if cut >= 0 else None
 
 
-def _boundaries(text: str) -> tuple[list[int], list[int]]:
-    starts = [0]
-    ends = []
-    for i, ch in enumerate(text):
-        if not ch.isalnum():
-            starts.append(i + 1)
-            ends.append(i)
-    ends.append(len(text))
-    return starts, sorted(set(ends))
+_SINGLE = re.compile(r"'([^']*)'")
+_TOKEN = re.compile(r"""[^\s"',:;={}\[\]]+""")
+_PUNCT = ".!?()<>`"
+SPAN = 4
 
 
 def candidates(text: str, limit: int = MAX_ORDER_ID) -> Iterator[str]:
@@ -66,24 +62,26 @@ def candidates(text: str, limit: int = MAX_ORDER_ID) -> Iterator[str]:
         dec = _decoded(match.group(1))
         if dec is not None:
             yield dec
+    for match in _SINGLE.finditer(text):
+        yield match.group(1)
     tail = _unterminated_tail(text)
     if tail is not None:
-        yield tail
-        yield tail.rstrip()
-        dec = _decoded(tail)
-        if dec is not None:
-            yield dec
-    starts, ends = _boundaries(text)
-    lo = 0
-    for s in starts:
-        while lo < len(ends) and ends[lo] <= s:
-            lo += 1
-        for j in range(lo, len(ends)):
-            e = ends[j]
-            if e - s > limit:
+        for t in (tail, tail.rstrip(), tail.rstrip().rstrip("}]),")):
+            yield t
+            dec = _decoded(t)
+            if dec is not None:
+                yield dec
+    spans = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    for i, (start, _) in enumerate(spans):
+        for j in range(i, min(i + SPAN, len(spans))):
+            end = spans[j][1]
+            if end - start > limit:
                 break
-            token = text[s:e]
+            token = text[start:end]
             yield token
+            stripped = token.strip(_PUNCT)
+            if stripped != token:
+                yield stripped
             dec = _decoded(token)
             if dec is not None:
                 yield dec
@@ -94,12 +92,12 @@ def names_erased_subject(text: str, erased: set[str], subject_key: Callable[[str
     if not erased or not text:
         return False
     seen: set[str] = set()
-    for token in candidates(text):
+    for count, token in enumerate(candidates(text)):
+        if count >= MAX_CANDIDATES:
+            return True
         if not token or token in seen:
             continue
         seen.add(token)
-        if len(seen) > MAX_CANDIDATES:
-            return True
         try:
             if subject_key(token) in erased:
                 return True
