@@ -48,6 +48,12 @@ class TempFile:
                 "state": self.state}
 
 
+def temp_name() -> str:
+    """A fresh temp file name (no directory) that the sweeps can attribute to this host and process. Any
+    code writing a temp file under the lake should use it, and put the file next to its final name."""
+    return f"{TEMP_PREFIX}{HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -147,7 +153,7 @@ class Storage:
     def _write_temp(self, parent: str, data: bytes) -> str:
         """Write `data` durably under a fresh temporary name in `parent` (local disk); returns that name.
         The crash point `storage.after_temp:<top-level dir>` dies with the temp file written, unrenamed."""
-        tmp = f"{parent}/{TEMP_PREFIX}{HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex}"
+        tmp = f"{parent}/{temp_name()}"
         with open(tmp, "wb") as handle:
             handle.write(data)
             handle.flush()

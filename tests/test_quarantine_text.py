@@ -273,3 +273,25 @@ def test_files_holding_reads_parquet_pages_and_footers(tmp_path: Path) -> None:
     nested = where_in_file(tmp_path / "nested.parquet", needle)
     assert "column:n.k" in nested and "statistics:n.k" in nested
     assert files_holding(tmp_path, needle) == [".tmp-abc", "meta.parquet", "nested.parquet", "page.parquet"]
+
+
+def test_ledger_uses_the_decoders_spans_when_it_sets_them(lake: dr.Lake) -> None:
+    from dataclasses import dataclass
+
+    from delta_release.contract import Reason, Reject
+
+    @dataclass(frozen=True)
+    class Spanned(Reject):  # what a decoder that knows the spans hands over
+        offset: int | None = None
+        length: int | None = None
+
+    data = jsonl([up("a", 1)]) + INNOCENT + b"\n"
+    lake.ingest(data)
+    bid = lake.quarantine.rows()["batch_id"][0]
+    rejects = [Spanned(line=2, reason=Reason.AMOUNT_UNIT, detail="x", raw=None, offset=7, length=3)]
+    lake.quarantine.write(bid, rejects, lake.erasures.subject_key, data=object())  # data unused: spans given
+    assert lake.quarantine.rows(bid).select("offset", "length").row(0) == (7, 3)
+    plain = [Reject(line=2, reason=Reason.AMOUNT_UNIT, detail="x", raw=None)]
+    lake.quarantine.write(bid, plain, lake.erasures.subject_key, data=object())  # not bytes: read from _raw/
+    assert lake.quarantine.rows(bid).select("offset", "length").row(0) == (len(data) - len(INNOCENT) - 1,
+                                                                           len(INNOCENT))

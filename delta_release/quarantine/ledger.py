@@ -77,20 +77,24 @@ class QuarantineLedger:
         return f"{PREFIX}/{batch_id}.parquet"
 
     def write(self, batch_id: str, rejects: Iterable[Reject], subject_key: Callable[[str], str],
-              data: bytes | None = None) -> int:
-        """Write the batch's ledger file (replacing an earlier attempt of the same batch). `data`: the raw
-        batch's bytes, for the line spans (read from the raw store when not given)."""
+              data: object = None) -> int:
+        """Write the batch's ledger file (replacing an earlier attempt of the same batch). A reject's byte
+        span is its own `offset`/`length` when the decoder set them, else computed from `data` (the raw
+        batch's bytes) or, when that is not bytes, from the batch read back from the raw store."""
         rejects = sorted(rejects, key=lambda r: r.line)
-        if data is None and rejects:
-            from ..raw import RawStore
+        spans: list[tuple[int, int]] = []
+        if any(not isinstance(getattr(r, attr, None), int) for r in rejects for attr in ("offset", "length")):
+            if not isinstance(data, bytes):
+                from ..raw import RawStore
 
-            data = RawStore(self._storage).read(batch_id)
-        spans = line_spans(data or b"")
-        rows = [QuarantineRow(batch_id=batch_id, line=r.line, offset=_span(r, spans)[0],
-                              length=_span(r, spans)[1], reason=r.reason.value,
-                              detail=safe_detail(r.reason.value, r.detail),
-                              subject=subject_key(r.order_id) if r.order_id else None)
-                for r in rejects]
+                data = RawStore(self._storage).read(batch_id)
+            spans = line_spans(data)
+        rows = []
+        for r in rejects:
+            offset, length = _span(r, spans)
+            rows.append(QuarantineRow(batch_id=batch_id, line=r.line, offset=offset, length=length,
+                                      reason=r.reason.value, detail=safe_detail(r.reason.value, r.detail),
+                                      subject=subject_key(r.order_id) if r.order_id else None))
         self._storage.write_bytes(self._path(batch_id), encode_rows(rows))
         return len(rows)
 
