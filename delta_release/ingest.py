@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -71,19 +71,6 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
     return decoded.events.filter(mask.not_()), rejects
 
 
-def _forget_erased(lake: LakeContext, rejects: list[Reject]) -> list[Reject]:
-    """Rejected lines of an erased subject keep their reason and line, never their raw text."""
-    erased = lake.erasures.erased_subjects()
-    if not erased:
-        return rejects
-    from .erasure.text import names_erased_subject
-
-    key = lake.erasures.subject_key
-    return [replace(r, raw=None) if (r.order_id and key(r.order_id) in erased) or (
-                r.order_id is None and r.raw is not None and names_erased_subject(r.raw, erased, key)) else r
-            for r in rejects]
-
-
 class ApplyEvents(Plan):
     """Apply decoded events on a parent: the partitions they change, replaced whole."""
 
@@ -127,14 +114,14 @@ class IngestPlan(Plan):
         conflicts = self.apply.applied.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
                                    raw=_line_text(self.data, c.line), order_id=c.order_id) for c in conflicts]
-        rejects = sorted([*_forget_erased(self.lake, decoded.rejects), *self.blocked, *conflict_rejects],
+        rejects = sorted([*decoded.rejects, *self.blocked, *conflict_rejects],
                          key=lambda r: r.line)
         accepted = self.apply.events.height - len(conflicts)
         if accepted + len(rejects) != decoded.extracted:
             raise ReconciliationError(self.batch_id, decoded.extracted, accepted, len(rejects))
         report.accepted, report.quarantined = accepted, len(rejects)
         report.reasons = count_reasons(rejects)
-        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key)
+        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key, self.data)
         crash_point("ingest.after_quarantine")
 
 

@@ -78,6 +78,8 @@ def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_version
              + f"; kept {len(report['kept'])} old file(s) and {report['kept_current']} current"]
     lines += [f"  {verb}: {r['path']} ({r['reason']})" for r in report["removed"]]
     lines += [f"  kept: {k['path']} ({k['reason']})" for k in report["kept"]]
+    lines += [f"  {verb if t['action'] != 'kept' else 'kept'} temp file: {t['path']} ({t['state']}, {t['size']} bytes)"
+              for t in report["temp_files"]]
     if not apply:
         lines.append("dry run: nothing was deleted; use --apply")
     emit(opts, report, "\n".join(lines))

@@ -7,8 +7,8 @@ Order of work, each step safe to repeat after a crash:
    same stage -> gate -> strict commit path as ingest (a stale parent re-reads and rebuilds);
 3. the entry becomes `done`, with the version ranges and data files that still hold the subject, found
    from the table's lineage and a scan of the key column of every file still on storage;
-4. the quarantine forgets the subject's raw text (rows of the subject's hash, and unparseable lines that
-   contain the id).
+4. stale temp files (a killed writer's, which may hold the subject's text) are removed.
+The quarantine holds no payload text (it points into the raw batches), so nothing there needs scrubbing.
 The plain id lives only in this call's memory; nothing here writes it, and no error names it.
 """
 
@@ -41,7 +41,7 @@ class ErasureReport:
     partitions: list[int | None] = field(default_factory=list)
     files_removed: list[str] = field(default_factory=list)
     exposed_versions: list[list[int]] = field(default_factory=list)
-    quarantine_scrubbed: int = 0
+    temp_files_removed: list[str] = field(default_factory=list)
     already_erased: bool = False
     attempts: int = 0
     stale_parents: list[dict[str, Any]] = field(default_factory=list)
@@ -52,7 +52,7 @@ class ErasureReport:
             "subject": self.subject, "table": self.table, "version": self.version,
             "rows_removed": self.rows_removed, "partitions": self.partitions,
             "files_removed": self.files_removed, "exposed_versions": self.exposed_versions,
-            "quarantine_scrubbed": self.quarantine_scrubbed, "already_erased": self.already_erased,
+            "temp_files_removed": self.temp_files_removed, "already_erased": self.already_erased,
             "attempts": self.attempts, "stale_parents": self.stale_parents, "pending": self.pending,
         }
 
@@ -92,6 +92,7 @@ def _remove_subject(lake: LakeContext, table: str, order_id: str, report: Erasur
     plan = RemoveSubject(order_id)
     result = write(lake.table(table), plan)
     report.attempts = result.attempts
+    report.temp_files_removed = list(result.upkeep.temp_files_removed) if result.upkeep else []
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is None:
         return
@@ -99,27 +100,6 @@ def _remove_subject(lake: LakeContext, table: str, order_id: str, report: Erasur
     report.rows_removed = plan.rows_removed
     report.partitions = plan.partitions
     report.files_removed = [r.path for r in result.staged.removes]
-
-
-def scrub_quarantine_text(lake: LakeContext, order_id: str) -> int:
-    """Forget the raw text of rejected lines that name the subject but whose subject was never known
-    (a line too broken to parse keeps its raw text, and with it the id). Returns the rows changed."""
-    from ..contract import Reason, Reject
-
-    rows = lake.quarantine.rows()
-    if rows.height == 0:
-        return 0
-    hit = rows.filter(pl.col("raw").is_not_null() & pl.col("raw").str.contains(order_id, literal=True))
-    changed = 0
-    for (batch_id,) in hit.select("batch_id").unique().iter_rows():
-        batch = rows.filter(pl.col("batch_id") == batch_id).sort("line")
-        rejects = [Reject(line=r["line"], reason=Reason(r["reason"]), detail=r["detail"],
-                          raw=None if r["raw"] is not None and order_id in r["raw"] else r["raw"],
-                          order_id=r["subject"])  # already a keyed hash: written back as it is
-                   for r in batch.iter_rows(named=True)]
-        changed += sum(1 for r in batch.iter_rows(named=True) if r["raw"] is not None and order_id in r["raw"])
-        lake.quarantine.write(batch_id, rejects, lambda subject: subject)
-    return changed
 
 
 def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABLE,
@@ -154,7 +134,7 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
         exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, order_id),
         rows_removed=entry.rows_removed + report.rows_removed)
     report.exposed_versions = exposed
-    report.quarantine_scrubbed = lake.quarantine.scrub_subject(subject) + scrub_quarantine_text(lake, order_id)
+    report.temp_files_removed += [t.path for t in lake.storage.sweep_temp()]
     report.pending = pending_for(lake, entry, raw_retention_days=raw_retention_days,
                                  backup_expiry_days=backup_expiry_days)
     return report
