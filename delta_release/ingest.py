@@ -48,7 +48,9 @@ class IngestReport:
 
 
 def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
-    """Batch ids of every commit of ours (reads the whole history; issue 14 replaces it with an index)."""
+    """Batch ids that are part of a committed version: the `batch_ids` of every commit of ours (reads the
+    whole history; issue 14 replaces it with an index). A held release run commits nothing, so its
+    batches are not here: ingest re-applies them if given again, `replay --all` skips them."""
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
         if entry["evidence"] is not None:
@@ -168,5 +170,11 @@ def _line_text(data: bytes, line: int) -> str:
 
 def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
                    table: str = DEFAULT_TABLE) -> list[IngestReport]:
-    ids = [b.batch_id for b in lake.raw.list()] if all_batches else [batch_id] if batch_id else []
+    """Re-apply one retained batch (any: the caller names it), or with all_batches every retained batch that
+    is part of a committed version (`applied_batches`): a held release run's batches stay out."""
+    if all_batches:
+        applied = applied_batches(lake, table)
+        ids = [b.batch_id for b in lake.raw.list() if b.batch_id in applied]
+    else:
+        ids = [batch_id] if batch_id else []
     return [ingest_batch(lake, lake.raw.read(b), replay=True, table=table) for b in ids]

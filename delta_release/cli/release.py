@@ -24,8 +24,9 @@ def run(opts: Options, config: str) -> None:
 
     result = run_release(config, progress=progress)
     snap = result["snapshot"]
-    text = (f"decision: {result['decision'].upper()}  (orders version {snap['version']}, generation "
-            f"{snap['generation']})\n" + (f"failed checks: {', '.join(result['failed_checks'])}\n"
-                                          if result["failed_checks"] else "")
+    where = (f"orders version {snap['version']}, generation {snap['generation']}" if snap["version"] is not None
+             else f"nothing committed: the candidate staged on orders version {snap.get('parent')} was discarded")
+    failed = f"failed checks: {', '.join(result['failed_checks'])}\n" if result["failed_checks"] else ""
+    text = (f"decision: {result['decision'].upper()}  ({where})\n" + failed
             + f"packet: {result['packet']} (sha256 {result['packet_sha256'][:16]}...)\nreport: {result['report']}")
     emit(opts, result, text, exit_code=0 if result["decision"] == "ship" else 3)

@@ -1,5 +1,7 @@
-"""`run CONFIG.yaml`: ingest the sources without publishing, run every check on the candidate snapshot,
-then ship (publish the generation) or hold (publish nothing), and write the packet and the report."""
+"""`run CONFIG.yaml`: stage ONE candidate of all the sources without committing, run every check on that
+staged candidate, then ship (one strict commit per table on the run's parent, then publish) or hold
+(discard the staged files: every Delta log stays as it was), and write the packet and the report.
+The staging, ship and hold steps are in `candidate.py`."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ from typing import Any
 import polars as pl
 
 from ..clock import Clock, iso
+from ..errors import StaleParentError
+from ..ingest import applied_batches
 from ..lake import Lake
 from ..stats import p95
+from .candidate import hold, receive, ship, stage_run
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
 from .packet import cost, pending_evidence, rollback_plan, write_packet
@@ -69,13 +74,16 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    reports: list[dict[str, Any]] = []
+    batches = []
     for source in cfg.sources:
-        tick(f"ingest {source.name}")
-        reports.append(lake.ingest(source, publish=False).to_json())
-    candidate = lake.latest_version("orders")
-    assert candidate is not None
-    ctx = RunContext(config=cfg, lake=lake, scratch=scratch, candidate_version=candidate, reports=reports)
+        tick(f"receive {source.name}")
+        batches.append(receive(lake, source.read_bytes()))
+    staged = stage_run(lake, batches, run_id=run_id)
+    reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
+    parent = staged.parent
+    ctx = RunContext(config=cfg, lake=lake, scratch=scratch, candidate=staged.snapshot,
+                     recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
+                     batch_ids=applied_batches(lake) | set(staged.batch_ids), reports=reports)
     results = []
     for name in cfg.checks:
         tick(f"check {name}")
@@ -83,13 +91,30 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
             results.append(r)
             progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
     failed = [r.name for r in results if not r.passed]
-    decision = "hold" if failed else "ship"
-    tick(f"decision: {decision}")
     publication = None
     telemetry = []
+    shipped_version: int | None = None
+    stale: dict[str, Any] | None = None
+    discarded: dict[str, Any] | None = None
+    if not failed:
+        try:
+            shipped = ship(staged)
+            shipped_version = shipped.version
+        except StaleParentError as exc:  # the commit refused: nothing of the candidate became visible
+            stale = {"expected": exc.expected, "found": exc.found}
+            failed.append("stale_parent")
+    decision = "hold" if failed else "ship"
+    tick(f"decision: {decision}")
     if decision == "ship":
-        publication = lake.publish_version("orders", candidate, digest=f"release-{run_id}", label=f"release-{run_id}")
+        assert shipped_version is not None
+        publication = lake.publish_version("orders", shipped_version, digest=f"release-{run_id}",
+                                           label=f"release-{run_id}")
         telemetry = _publish_manifests(lake, cfg)
+        reports = [r.to_json() for r in staged.reports]
+    else:
+        discarded = hold(staged)
+        discarded["telemetry_files"] = _discard_uploads(lake, ctx.evidence.get("uploaded", []))
+    candidate = shipped_version if shipped_version is not None else parent
     planning = planning_times(lake, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
     for rep in reports:
@@ -103,12 +128,15 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "decision": decision,
         "failed_checks": failed,
         "checks": {r.name: r.to_json() for r in results},
-        "snapshot": {"table": "orders", "version": candidate,
+        "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
+                     "candidate": staged.staged.evidence.candidate,
                      "generation": publication.generation if publication else None,
                      "published_version": _version(publication or previous),
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
         "telemetry": telemetry,
+        "discarded": discarded,
+        "stale_parent": stale,
         "schema_versions": sorted({v for r in reports for v in r["schema_versions"]}),
         "files": ctx.evidence.get("files", []),
         "counts": {"batches": [{k: r[k] for k in ("batch_id", "extracted", "accepted", "quarantined", "reasons",
@@ -129,13 +157,27 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     shutil.rmtree(scratch, ignore_errors=True)
     tick(f"packet written: {packet_path}")
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
-            "snapshot": {"table": "orders", "version": candidate,
+            "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
                          "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results}}
+            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded}
 
 
 def _version(pub: Any) -> int | None:
     return None if pub is None else int(pub.version)
+
+
+def _discard_uploads(lake: Lake, uploaded: list[str]) -> list[str]:
+    """On HOLD: delete the telemetry objects this run uploaded that no version of their table references
+    (the producer's drop still has them); returns `table:path` of each deleted one."""
+    from ..external.manifest import registered_files
+
+    out = []
+    for item in uploaded:
+        table, _, path = item.partition(":")
+        if path not in registered_files(lake, table):
+            lake.table_storage(table).delete(path)
+            out.append(item)
+    return out
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:
