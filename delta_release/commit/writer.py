@@ -1,7 +1,7 @@
 """The one writer path: every commit of ours goes through here.
 
     write(ctx, plan):
-        before_work(ctx)                       # recover an interrupted publication (+ issue 13's hooks)
+        before_work(ctx)                       # temp sweep, legacy quarantine, pending erasures, publication
         repeat (at most MAX_ATTEMPTS):
             parent = latest version
             staged = stage(ctx, plan, parent)  # plan.build(ctx, parent) -> Change; stage; gate; evidence
@@ -19,7 +19,9 @@ on the same parent (`commit` raises StaleParentError if the table moved meanwhil
 
 Crash points (names kept for the crash drill): stage.after_first_file (in stage/candidate.py),
 ingest.after_staging, ingest.after_gate, commit.during (a window around the Delta commit),
-ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish.
+ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish. Callers add their
+own: ingest.after_raw, ingest.after_quarantine, erase.after_ledger, run.after_stage,
+run.before_ship_commit, run.after_ship_commit, storage.after_temp:<top directory>.
 """
 
 from __future__ import annotations
@@ -231,25 +233,31 @@ class Upkeep:
 
     temp_files_removed: list[str] = field(default_factory=list)  # lake-relative paths
     quarantine_migrated: int = 0  # legacy ledger files rewritten without their text
+    erasures_completed: int = 0  # erasures a killed writer left pending, completed here
     publication: Publication | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"temp_files_removed": self.temp_files_removed, "quarantine_migrated": self.quarantine_migrated}
+        return {"temp_files_removed": self.temp_files_removed, "quarantine_migrated": self.quarantine_migrated,
+                "erasures_completed": self.erasures_completed}
 
 
 def before_work(ctx: TableContext, *, lake_wide: bool = True) -> Upkeep:
     """What every writer does before it reads its parent: finish work a killed writer left behind.
 
     Lake-wide (when the context knows its lake; `lake_wide=False` for a writer that already did it):
-    remove stale temp files (a killed writer's, which may hold payload text) and migrate a legacy
-    quarantine ledger (quarantine/upkeep.py). Then publish a landed-but-unpublished commit of this table."""
+    remove stale temp files (a killed writer's, which may hold payload text), migrate a legacy
+    quarantine ledger (quarantine/upkeep.py), and complete every erasure left pending in the ledger by a
+    killed writer (erasure/erase.py; its commits go through `write(..., upkeep=False)`). Then publish a
+    landed-but-unpublished commit of this table."""
     upkeep = Upkeep()
     if lake_wide and ctx.lake is not None:
+        from ..erasure.erase import complete_pending_erasures
         from ..quarantine.upkeep import writer_start
 
         started = writer_start(ctx.lake.storage)
         upkeep.temp_files_removed = list(started["temp_files_removed"])
         upkeep.quarantine_migrated = int(started["quarantine_migrated"])
+        upkeep.erasures_completed = complete_pending_erasures(ctx.lake)
     upkeep.publication = recover_publication(ctx)
     return upkeep
 

@@ -21,10 +21,11 @@ import polars as pl
 
 from .. import _delta
 from ..clock import iso
-from ..commit.writer import Change, Plan, replace_partitions, write
+from ..commit.writer import Change, Plan, before_work, replace_partitions, write
 from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError
+from ..faults import crash_point
 from ..tables import DEFAULT_TABLE
 from ..views import partition_filter
 from .ledger import ErasureEntry
@@ -42,6 +43,7 @@ class ErasureReport:
     files_removed: list[str] = field(default_factory=list)
     exposed_versions: list[list[int]] = field(default_factory=list)
     temp_files_removed: list[str] = field(default_factory=list)
+    erasures_completed: int = 0  # pending erasures of killed writers completed before this one
     already_erased: bool = False
     attempts: int = 0
     stale_parents: list[dict[str, Any]] = field(default_factory=list)
@@ -52,7 +54,8 @@ class ErasureReport:
             "subject": self.subject, "table": self.table, "version": self.version,
             "rows_removed": self.rows_removed, "partitions": self.partitions,
             "files_removed": self.files_removed, "exposed_versions": self.exposed_versions,
-            "temp_files_removed": self.temp_files_removed, "already_erased": self.already_erased,
+            "temp_files_removed": self.temp_files_removed,
+            "erasures_completed": self.erasures_completed, "already_erased": self.already_erased,
             "attempts": self.attempts, "stale_parents": self.stale_parents, "pending": self.pending,
         }
 
@@ -88,11 +91,11 @@ class RemoveSubject(Plan):
 
 
 def _remove_subject(lake: LakeContext, table: str, order_id: str, report: ErasureReport) -> None:
-    """Commit the table without the subject's rows (no commit when it holds none)."""
+    """Commit the table without the subject's rows (no commit when it holds none). The caller ran the
+    writer's upkeep (`before_work`) already: completing pending erasures there would recurse."""
     plan = RemoveSubject(order_id)
-    result = write(lake.table(table), plan)
+    result = write(lake.table(table), plan, upkeep=False)
     report.attempts = result.attempts
-    report.temp_files_removed = list(result.upkeep.temp_files_removed) if result.upkeep else []
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is None:
         return
@@ -110,6 +113,19 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
     tdef = lake.table_def(table)
     if not tdef.key:
         raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)
+    upkeep = before_work(lake.table(table))  # completes a killed erasure (this subject's too) first
+    report = _erase(lake, order_id, table, raw_retention_days=raw_retention_days,
+                    backup_expiry_days=backup_expiry_days)
+    report.temp_files_removed = upkeep.temp_files_removed + report.temp_files_removed
+    report.erasures_completed = upkeep.erasures_completed
+    return report
+
+
+def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+           backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
+    """Steps 1-4 of the module docstring (the writer's upkeep already ran)."""
+    tdef = lake.table_def(table)
+    assert tdef.key is not None
     ledger = lake.erasures
     subject = ledger.subject_key(order_id)
     existing = ledger.get(subject)
@@ -119,6 +135,7 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
         subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
     if existing is None:
         ledger.write(entry)
+    crash_point("erase.after_ledger")
     _remove_subject(lake, table, order_id, report)
 
     lineage = table_lineage(lake, table)
@@ -134,7 +151,58 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
         exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, order_id),
         rows_removed=entry.rows_removed + report.rows_removed)
     report.exposed_versions = exposed
-    report.temp_files_removed += [t.path for t in lake.storage.sweep_temp()]
+    report.temp_files_removed = [t.path for t in lake.storage.sweep_temp()]
     report.pending = pending_for(lake, entry, raw_retention_days=raw_retention_days,
                                  backup_expiry_days=backup_expiry_days)
     return report
+
+
+# -- completing an erasure a killed writer left pending (issue 13, item 4) -------------------------
+def _find_subject(lake: LakeContext, entry: ErasureEntry) -> str | None:
+    """The plain id of a pending entry's subject, recovered from what still holds it (the ledger keeps
+    only the keyed hash): the latest version's keys, then every data file on storage, then the raw
+    batches. None when nothing holds it any more. The id lives only in memory."""
+    tdef = lake.tables.get(entry.table)
+    if tdef is None or not tdef.key or lake.latest_version(entry.table) is None:
+        return None
+    key, uri = tdef.key, lake.table_uri(entry.table)
+
+    def match(ids: list[str]) -> str | None:
+        return next((i for i in ids if i is not None and lake.erasures.subject_key(i) == entry.subject), None)
+
+    latest = lake.latest_version(entry.table)
+    found = match(_delta.scan(uri, lake.options, latest).select(pl.col(key).unique()).collect()[key].to_list())
+    if found is None:
+        paths = sorted(data_files_on_storage(lake, entry.table))
+        if paths:
+            store = lake.table_storage(entry.table)
+            frame = pl.scan_parquet([store.uri(p) for p in paths], hive_partitioning=False,
+                                    storage_options=lake.options or None).select(pl.col(key).unique())
+            found = match(frame.collect()[key].to_list())
+    if found is None:
+        from ..contract import decode_batch
+
+        for batch in lake.raw.list():
+            decoded = decode_batch(lake.raw.read(batch.batch_id))
+            found = match(decoded.events["order_id"].unique().to_list()
+                          + [r.order_id for r in decoded.rejects if r.order_id])
+            if found is not None:
+                break
+    return found
+
+
+def complete_pending_erasures(lake: LakeContext) -> int:
+    """Complete every erasure recorded in the ledger but never finished (its writer was killed between
+    the ledger entry and the commit, or before the entry became done). Runs in every writer's
+    `before_work`, before the writer's own work; returns how many it completed."""
+    completed = 0
+    for entry in lake.erasures.entries():
+        if entry.done:
+            continue
+        order_id = _find_subject(lake, entry)
+        if order_id is not None:
+            _erase(lake, order_id, entry.table)
+        else:  # nothing holds it any more: no version ever will (the subject is blocked)
+            lake.erasures.update(entry, state="done", exposed=[], files=[])
+        completed += 1
+    return completed

@@ -23,7 +23,7 @@ from .. import _delta
 from ..commit.writer import Change, ExistingFile, Plan, partition_text, write
 from ..context import LakeContext, TableContext
 from ..erasure.lineage import Lineage, table_lineage
-from ..erasure.permission import exposing_entries, exposure_error
+from ..erasure.permission import exposing_entries, exposure_error, pending_resume
 from ..errors import GateError, InputError
 from ..evidence import FileRecord
 from ..stage import partition_dir
@@ -107,7 +107,8 @@ class RestorePlan(Plan):
                              f" found {to}", table=table, version=to, latest=parent)
         exposing = exposing_entries(lake, table, to)
         if exposing and not self.repair_forward:
-            err = exposure_error(table, to, len(exposing), action="rolling back to")
+            err = exposure_error(table, to, len(exposing), action="rolling back to",
+                                 resume=pending_resume(lake, exposing))
             err.message += "; use --repair-forward to restore it without the erased subjects"
             err.args = (err.message,)
             raise err
