@@ -134,7 +134,7 @@ def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: 
     entry = existing if existing is not None else ErasureEntry(
         subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
     if existing is None:
-        ledger.write(entry)
+        entry = ledger.write(entry)  # create-only: a concurrent erasure's entry stands
     crash_point("erase.after_ledger")
     _remove_subject(lake, table, order_id, report)
 
