@@ -14,6 +14,7 @@ The plain id lives only in this call's memory; nothing here writes it, and no er
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError
 from ..faults import crash_point
+from ..storage import HOST_TAG
+from ..storage import _pid_alive as pid_alive
 from ..tables import DEFAULT_TABLE
 from ..views import partition_filter
 from .ledger import ErasureEntry
@@ -132,11 +135,16 @@ def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: 
     report = ErasureReport(subject=subject, table=table, version=None, rows_removed=0,
                            already_erased=existing is not None and existing.done)
     entry = existing if existing is not None else ErasureEntry(
-        subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
+        subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending",
+        owner=f"{HOST_TAG}-{os.getpid()}")
     if existing is None:
         entry = ledger.write(entry)  # create-only: a concurrent erasure's entry stands
     crash_point("erase.after_ledger")
-    _remove_subject(lake, table, order_id, report)
+    _ERASING.add(subject)
+    try:
+        _remove_subject(lake, table, order_id, report)
+    finally:
+        _ERASING.discard(subject)
 
     lineage = table_lineage(lake, table)
     present = data_files_on_storage(lake, table)
@@ -191,13 +199,27 @@ def _find_subject(lake: LakeContext, entry: ErasureEntry) -> str | None:
     return found
 
 
+_ERASING: set[str] = set()  # subjects this process is erasing right now (their writers' upkeep skips them)
+
+
+def _in_flight(entry: ErasureEntry) -> bool:
+    """True when a live process is working on this pending entry: this one (a writer inside its own
+    erasure), or another process on this host that is still running. A pending entry of a process that
+    is gone (or of another host: we cannot tell, so we complete it; a duplicate erasure is harmless, a
+    strict commit serialises the two) is a killed erasure."""
+    if entry.subject in _ERASING:
+        return True
+    host, _, pid = (entry.owner or "").rpartition("-")
+    return bool(pid.isdigit() and host == HOST_TAG and int(pid) != os.getpid() and pid_alive(int(pid)))
+
+
 def complete_pending_erasures(lake: LakeContext) -> int:
     """Complete every erasure recorded in the ledger but never finished (its writer was killed between
     the ledger entry and the commit, or before the entry became done). Runs in every writer's
     `before_work`, before the writer's own work; returns how many it completed."""
     completed = 0
     for entry in lake.erasures.entries():
-        if entry.done:
+        if entry.done or _in_flight(entry):
             continue
         order_id = _find_subject(lake, entry)
         if order_id is not None:
