@@ -23,6 +23,8 @@ def run(opts: Options, config: str) -> None:
             click.echo(line, err=True)
 
     result = run_release(config, progress=progress)
+    if result.get("lake_created") and not show:  # always said, even when progress is off
+        click.echo(f"note: created a new lake (lake.create: true in {config})", err=True)
     snap = result["snapshot"]
     where = (f"orders version {snap['version']}, generation {snap['generation']}" if snap["version"] is not None
              else f"nothing committed: the candidate staged on orders version {snap.get('parent')} was discarded")

@@ -249,7 +249,7 @@ def _quarantine_rows(lake: Lake, batch_id: str) -> int | None:
 
 # -- the drill --------------------------------------------------------------------------------------
 def _base_lake(path: Path) -> Lake:
-    lake = Lake.open(path, clock=CLOCK)
+    lake = Lake.create(path, clock=CLOCK)
     lake.ingest(BASE_BATCH)
     return lake
 

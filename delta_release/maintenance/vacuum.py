@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
+from ..arguments import finite
 from ..erasure.lineage import table_lineage
 from ..erasure.permission import snapshot_allowed
+from ..erasure.vacuumlog import record_vacuum
+from ..errors import InputError
 from ..storage import TEMP_PREFIX
 
 if TYPE_CHECKING:
@@ -50,6 +53,7 @@ class VacuumReport:
     kept_current: int = 0
     bytes_removed: int = 0
     temp_files: list[dict[str, Any]] = field(default_factory=list)  # paths relative to the lake root
+    vacuum_id: str | None = None  # the record of this run under _vacuum/ (vacuumlog.py), when it removed files
 
     def to_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -61,7 +65,7 @@ class VacuumReport:
                 "refused_versions": self.refused_versions, "removed": self.removed,
                 "removed_by_reason": dict(sorted(counts.items())), "kept": self.kept,
                 "kept_current": self.kept_current, "bytes_removed": self.bytes_removed,
-                "temp_files": self.temp_files}
+                "temp_files": self.temp_files, "vacuum_id": self.vacuum_id}
 
 
 def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime | None]]:
@@ -86,6 +90,11 @@ def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime
 def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = False,
                  retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
                  orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
+    replay_horizon_hours = finite("replay_horizon_hours", replay_horizon_hours)
+    orphan_grace_hours = finite("orphan_grace_hours", orphan_grace_hours)
+    if isinstance(retain_versions, bool) or not isinstance(retain_versions, int) or retain_versions < 0:
+        raise InputError(f"retain_versions must be an integer >= 0, found {retain_versions!r}",
+                         argument="retain_versions")
     lineage = table_lineage(lake, table)
     latest = lineage.latest
     pub = lake.published(table)
@@ -138,6 +147,8 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
     report.temp_files = [{**t.to_json(), "action": ("removed" if apply else "would_remove") if t.stale else "kept"}
                          for t in temps]
     if apply:
+        record = record_vacuum(lake, table, lineage, [r["path"] for r in report.removed])
+        report.vacuum_id = None if record is None else record["vacuum"]
         store = lake.table_storage(table)
         for item in report.removed:
             store.delete(item["path"])

@@ -40,19 +40,19 @@ from ..apply.overlay import apply_in_sequence
 from ..commit.view import StagedSnapshot, staged_snapshot
 from ..commit.writer import Change, Plan, StagedCandidate, before_work, commit, discard, replace_partitions, stage
 from ..context import LakeContext, TableContext
-from ..contract import DecodedBatch, Reason, Reject, decode_batch
+from ..contract import DecodedBatch, Reason, Reject
 from ..contract.decode import count_reasons
+from ..contract.source import BytesBatch, FileBatch, as_batch
 from ..errors import ReconciliationError, StaleParentError
 from ..evidence import DEFERRED
 from ..faults import crash_point
-from ..ingest import IngestReport, _erasure_filter, _line_text, applied_batches
-from ..raw import batch_id_of
+from ..ingest import IngestReport, _erasure_filter, applied_batches
 from ..tables import DEFAULT_TABLE
 
 
 @dataclass(slots=True, kw_only=True)
 class RunBatch:
-    data: bytes
+    data: FileBatch | BytesBatch
     decoded: DecodedBatch
     report: IngestReport
     rejects: list[Reject] = field(default_factory=list)
@@ -62,12 +62,11 @@ class RunBatch:
         return self.report.batch_id
 
 
-def receive(lake: LakeContext, data: bytes) -> RunBatch:
+def receive(lake: LakeContext, source: bytes | FileBatch | BytesBatch) -> RunBatch:
     """Decode one batch and keep its bytes in the raw store (what ingest does before it applies)."""
-    decoded = decode_batch(data)
-    batch_id = batch_id_of(data)
-    lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
-                 received=lake.clock.now())
+    data = as_batch(source)
+    decoded, batch_id = data.decoded, data.batch_id
+    data.store(lake.raw, received=lake.clock.now())
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
@@ -96,7 +95,7 @@ class RunPlan(Plan):
         changed = 0
         for (b, events, blocked), plan in zip(todo, plans, strict=True):
             conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
-                                raw=_line_text(b.data, c.line), order_id=c.order_id) for c in plan.conflicts]
+                                raw=b.data.line_text(c.line), order_id=c.order_id) for c in plan.conflicts]
             b.rejects = sorted([*b.decoded.rejects, *blocked, *conflicts], key=lambda r: r.line)
             accepted = events.height - len(conflicts)
             if accepted + len(b.rejects) != b.decoded.extracted:

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from ..clock import Clock, iso
+from ..contract.source import read_batch_file
 from ..errors import StaleParentError
 from ..ingest import applied_batches
 from ..lake import Lake
@@ -21,6 +22,7 @@ from ..stats import p95
 from .candidate import hold, receive, ship, stage_run
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
+from .lakeopen import open_run_lake
 from .packet import cost, pending_evidence, rollback_plan, write_packet
 from .report import render_report
 
@@ -60,7 +62,9 @@ def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[st
 
 def run_release(config_path: str, *, clock: Clock | None = None, progress: Progress = _quiet) -> dict[str, Any]:
     cfg = load_release_config(config_path)
-    lake = Lake.open(cfg.lake_uri, storage_options=cfg.storage_options, clock=clock)
+    lake = open_run_lake(cfg, clock)
+    if lake.created:
+        progress(f"created a new lake at {lake.storage.root} (lake.create: true)")
     now = lake.clock.now()
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
@@ -77,7 +81,7 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     batches = []
     for source in cfg.sources:
         tick(f"receive {source.name}")
-        batches.append(receive(lake, source.read_bytes()))
+        batches.append(receive(lake, read_batch_file(source)))
     staged = stage_run(lake, batches, run_id=run_id)
     reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
     parent = staged.parent
@@ -125,6 +129,7 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "run_id": run_id,
         "created": iso(now),
         "config": {"path": str(cfg.path), "checks": cfg.checks},
+        "lake_created": lake.created,
         "decision": decision,
         "failed_checks": failed,
         "checks": {r.name: r.to_json() for r in results},
@@ -159,7 +164,8 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
             "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
                          "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded}
+            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded,
+            "lake_created": lake.created}
 
 
 def _version(pub: Any) -> int | None:
