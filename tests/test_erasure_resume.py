@@ -37,7 +37,7 @@ def _killed_erase(root: Path, point: str) -> None:
 @pytest.mark.parametrize("point", ["erase.after_ledger", "ingest.after_gate"])
 def test_a_sigkilled_erase_is_completed_by_the_next_ingest(tmp_path: Path, point: str) -> None:
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     lake.ingest(jsonl([up(SUBJECT, 1, day=40), up("ord-keep", 2, day=40), up("ord-other", 3, day=41)]))
     published = lake.published("orders").version
     _killed_erase(root, point)
@@ -67,7 +67,7 @@ def test_a_sigkilled_erase_is_completed_by_the_next_ingest(tmp_path: Path, point
 
 def test_erase_resume_command_completes_it(tmp_path: Path) -> None:
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     lake.ingest(jsonl([up(SUBJECT, 1, day=40), up("ord-keep", 2, day=40)]))
     _killed_erase(root, "erase.after_ledger")
     res = CliRunner().invoke(cli, ["--lake", str(root), "--json", "erase", "--resume"])

@@ -141,6 +141,7 @@ def test_issue_scenario_erase_replay_vacuum_leaves_the_id_only_in_raw(tmp_path: 
 
 def test_quarantine_command_usage_errors(tmp_path: Path) -> None:
     root = tmp_path / "lake"
+    dr.Lake.create(root)  # readers never create a lake (issue "refusals", on main)
     assert _cli(root, "quarantine", "--reason", "nope")[0] == 2
     assert _cli(root, "quarantine", "--batch", "../etc")[0] == 2
     code, out = _cli(root, "quarantine", "--batch", "0" * 16)
@@ -205,7 +206,7 @@ def test_temp_file_states() -> None:
 @pytest.mark.parametrize("point", ["storage.after_temp:_raw", "storage.after_temp:_quarantine"])
 def test_killed_temp_write_is_swept_by_the_next_writer(tmp_path: Path, point: str) -> None:
     root = tmp_path / "lake"
-    dr.Lake.open(root).ingest(jsonl([up("first", 0)]))  # the ledger's format marker is written by now
+    dr.Lake.create(root).ingest(jsonl([up("first", 0)]))  # the ledger's format marker is written by now
     batch = tmp_path / "b.jsonl"
     batch.write_bytes(jsonl([up(X, 1)]) + NAMING["unquoted"] + b"\n")
     proc = _killed_ingest(root, batch, point)
@@ -226,7 +227,7 @@ def test_killed_temp_write_is_swept_by_the_next_writer(tmp_path: Path, point: st
 
 def test_vacuum_reports_and_removes_temp_files_and_erase_sweeps_them(tmp_path: Path) -> None:
     root = tmp_path / "lake"
-    dr.Lake.open(root)
+    dr.Lake.create(root)
     batch = tmp_path / "b.jsonl"
     batch.write_bytes(jsonl([up(X, 1)]))
     assert _killed_ingest(root, batch, "storage.after_temp:_raw").returncode == -signal.SIGKILL

@@ -69,7 +69,7 @@ def _ids_at_latest(lake: dr.Lake) -> set[str]:
 
 def test_hold_leaves_every_log_unchanged_and_the_held_events_never_come_back(tmp_path: Path) -> None:
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     _base(lake)
     before_logs = _log_hashes(root)
     before_version = lake.latest_version("orders")
@@ -122,7 +122,7 @@ def _our_commits(lake: dr.Lake, table: str, after: int) -> list[dict[str, Any]]:
 
 def test_ship_is_one_commit_per_table_equal_to_ingesting_one_by_one(tmp_path: Path) -> None:
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     _base(lake)
     before = lake.latest_version("orders")
     batches = [ORDERS / n for n in ("history.jsonl", "v2.jsonl", "v3.jsonl", "bad.jsonl")]
@@ -137,7 +137,7 @@ def test_ship_is_one_commit_per_table_equal_to_ingesting_one_by_one(tmp_path: Pa
     assert len(_our_commits(lake, "telemetry", 0)) == 1
 
     # the same batches ingested one by one give the same current rows
-    other = dr.Lake.open(tmp_path / "sequential")
+    other = dr.Lake.create(tmp_path / "sequential")
     _base(other)
     for b in batches:
         other.ingest(b)
@@ -151,7 +151,7 @@ def test_ship_is_one_commit_per_table_equal_to_ingesting_one_by_one(tmp_path: Pa
 def test_a_parent_that_moves_during_the_checks_holds_with_stale_parent(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     _base(lake)
     real = run_mod.run_check
     moved: list[int | None] = []

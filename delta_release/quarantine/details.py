@@ -38,6 +38,7 @@ _RULES: list[Rule] = [(re.compile(p), f) for p, f in [
      lambda m: _field(m, "duplicate key (a name that is not a field) in one object")),
     (rf"duplicate key {_NOT_A_FIELD} in one object", _keep),
     (r"number with \d{1,12} digits is out of range", _keep),
+    (r"line is \d{1,15} bytes, over the \d{1,15}-byte line limit \(not decoded\)", _keep),
     (r"nesting too deep", _keep),
     (r"not valid JSON \((?P<msg>.{1,80})\)",
      lambda m: m.group(0) if _JSON_MSG.fullmatch(m.group("msg")) else "not valid JSON"),
