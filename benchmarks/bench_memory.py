@@ -69,7 +69,7 @@ def run(step: str, path: Path, lake_dir: Path) -> dict[str, Any]:
         out = {"extracted": d.extracted, "accepted": d.accepted, "rejected": len(d.rejects)}
     else:
         shutil.rmtree(lake_dir, ignore_errors=True)
-        report = dr.Lake.open(lake_dir).ingest(path)
+        report = dr.Lake.create(lake_dir).ingest(path)
         out = {"extracted": report.extracted, "accepted": report.accepted, "rejected": report.quarantined,
                "version": report.version}
     out["seconds"] = time.perf_counter() - t0

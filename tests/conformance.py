@@ -105,7 +105,7 @@ def run_table(path: Path, lake_dir: Path, *, engines: tuple[str, ...] = ("polars
               versions: list[int] | None = None, skip_columns: list[str] | None = None) -> Outcome:
     """Register and read `path`; `versions` None: a few pinned versions, []: the latest only."""
     out = Outcome(table=path.parent.name if path.name == "delta" else path.name)
-    lake = dr.Lake.open(lake_dir)
+    lake = dr.Lake.create(lake_dir)
     try:
         reg = register_table(lake, "t", str(path))
     except SafetyError as exc:

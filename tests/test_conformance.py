@@ -107,7 +107,7 @@ def test_damaged_log_is_refused_with_the_reason(kind: str, reason: str, tmp_path
     else:
         _damage(kind, table)
     with pytest.raises(SafetyError) as info:
-        register_table(Lake.open(tmp_path / "lake"), "t", str(table))
+        register_table(Lake.create(tmp_path / "lake"), "t", str(table))
     assert info.value.exit_code == 3 and info.value.facts["reason"] == reason, info.value.message
 
 
@@ -118,7 +118,7 @@ def test_damaged_data_in_escaped_partitions_is_refused(kind: str, name: str, tmp
     shutil.copytree(table_path(name), table)
     _damage(kind, table)
     with pytest.raises(SafetyError) as info:
-        register_table(Lake.open(tmp_path / "lake"), "t", str(table))
+        register_table(Lake.create(tmp_path / "lake"), "t", str(table))
     assert info.value.exit_code == 3
     assert info.value.facts["mismatch"] == ("missing" if kind == "deleted_file" else "size_mismatch")
 
@@ -129,7 +129,7 @@ def test_stray_file_in_an_escaped_partition_is_reported_not_refused(tmp_path: Pa
     victim = sorted(p for p in table.rglob("*.parquet"))[0]
     stray = victim.with_name("part-99999-stray.parquet")
     shutil.copy(victim, stray)
-    reg = register_table(Lake.open(tmp_path / "lake"), "t", str(table))
+    reg = register_table(Lake.create(tmp_path / "lake"), "t", str(table))
     assert reg.inventory.unreferenced == [str(stray.relative_to(table))]
 
 
@@ -138,7 +138,7 @@ def test_engine_returning_null_partitions_is_not_used(name: str, tmp_path: Path)
     """DuckDB returns NULL for the partition column under column mapping; the log has values in 6 of 9 rows."""
     from delta_release.register.reader import UnreadableTableError, read_registered
 
-    lake = Lake.open(tmp_path / "lake")
+    lake = Lake.create(tmp_path / "lake")
     register_table(lake, "t", str(table_path(name)))
     frame, used = read_registered(lake, "t", None, engine="polars")
     assert used != "duckdb-delta" and frame.height == 9

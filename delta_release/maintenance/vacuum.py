@@ -29,6 +29,7 @@ from ..erasure.lineage import table_lineage
 from ..erasure.permission import snapshot_allowed
 from ..erasure.vacuumlog import record_vacuum
 from ..errors import InputError
+from ..faults import crash_point
 from ..storage import TEMP_PREFIX
 
 if TYPE_CHECKING:
@@ -150,8 +151,10 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
         record = record_vacuum(lake, table, lineage, [r["path"] for r in report.removed])
         report.vacuum_id = None if record is None else record["vacuum"]
         store = lake.table_storage(table)
-        for item in report.removed:
+        for i, item in enumerate(report.removed):
             store.delete(item["path"])
+            if i == 0:
+                crash_point("vacuum.after_first_remove")
         for t in temps:
             if t.stale:
                 lake.storage.delete(t.path)
