@@ -106,7 +106,7 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
     # a release run from a config outside the repository, naming the repository's fixtures by absolute path
     config = cwd / "release.yaml"
     config.write_text(
-        "lake: {uri: runlake}\n"
+        "lake: {uri: runlake, create: true}\n"
         "sources:\n"
         f"  batches: [{FIXTURES / 'orders' / 'v2.jsonl'}, {FIXTURES / 'orders' / 'v3.jsonl'},"
         f" {FIXTURES / 'orders' / 'bad.jsonl'}]\n"
