@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -48,7 +48,9 @@ class IngestReport:
 
 
 def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
-    """Batch ids of every commit of ours (reads the whole history; issue 14 replaces it with an index)."""
+    """Batch ids that are part of a committed version: the `batch_ids` of every commit of ours (reads the
+    whole history; issue 14 replaces it with an index). A held release run commits nothing, so its
+    batches are not here: ingest re-applies them if given again, `replay --all` skips them."""
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
         if entry["evidence"] is not None:
@@ -69,19 +71,6 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
                       raw=None, order_id=oid)
                for oid, line in decoded.events.filter(mask).select("order_id", "line").iter_rows()]
     return decoded.events.filter(mask.not_()), rejects
-
-
-def _forget_erased(lake: LakeContext, rejects: list[Reject]) -> list[Reject]:
-    """Rejected lines of an erased subject keep their reason and line, never their raw text."""
-    erased = lake.erasures.erased_subjects()
-    if not erased:
-        return rejects
-    from .erasure.text import names_erased_subject
-
-    key = lake.erasures.subject_key
-    return [replace(r, raw=None) if (r.order_id and key(r.order_id) in erased) or (
-                r.order_id is None and r.raw is not None and names_erased_subject(r.raw, erased, key)) else r
-            for r in rejects]
 
 
 class ApplyEvents(Plan):
@@ -127,14 +116,14 @@ class IngestPlan(Plan):
         conflicts = self.apply.applied.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
                                    raw=self.data.line_text(c.line), order_id=c.order_id) for c in conflicts]
-        rejects = sorted([*_forget_erased(self.lake, decoded.rejects), *self.blocked, *conflict_rejects],
+        rejects = sorted([*decoded.rejects, *self.blocked, *conflict_rejects],
                          key=lambda r: r.line)
         accepted = self.apply.events.height - len(conflicts)
         if accepted + len(rejects) != decoded.extracted:
             raise ReconciliationError(self.batch_id, decoded.extracted, accepted, len(rejects))
         report.accepted, report.quarantined = accepted, len(rejects)
         report.reasons = count_reasons(rejects)
-        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key)
+        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key, self.data)
         crash_point("ingest.after_quarantine")
 
 
@@ -180,8 +169,14 @@ def _line_text(data: bytes, line: int) -> str:
 
 def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
                    table: str = DEFAULT_TABLE) -> list[IngestReport]:
-    ids = [b.batch_id for b in lake.raw.list()] if all_batches else [batch_id] if batch_id else []
+    """Re-apply one retained batch (any: the caller names it), or with all_batches every retained batch that
+    is part of a committed version (`applied_batches`): a held release run's batches stay out."""
     from . import progress
 
+    if all_batches:
+        applied = applied_batches(lake, table)
+        ids = [b.batch_id for b in lake.raw.list() if b.batch_id in applied]
+    else:
+        ids = [batch_id] if batch_id else []
     return [ingest_batch(lake, lake.raw.read(b), replay=True, table=table)
             for b in progress.track(ids, "replay raw batches")]

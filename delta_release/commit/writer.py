@@ -1,7 +1,7 @@
 """The one writer path: every commit of ours goes through here.
 
     write(ctx, plan):
-        before_work(ctx)                       # recover an interrupted publication (+ issue 13's hooks)
+        before_work(ctx)                       # temp sweep, legacy quarantine, pending erasures, publication
         repeat (at most MAX_ATTEMPTS):
             parent = latest version
             staged = stage(ctx, plan, parent)  # plan.build(ctx, parent) -> Change; stage; gate; evidence
@@ -19,7 +19,9 @@ on the same parent (`commit` raises StaleParentError if the table moved meanwhil
 
 Crash points (names kept for the crash drill): stage.after_first_file (in stage/candidate.py),
 ingest.after_staging, ingest.after_gate, commit.during (a window around the Delta commit),
-ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish.
+ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish. Callers add their
+own: ingest.after_raw, ingest.after_quarantine, erase.after_ledger, run.after_stage,
+run.before_ship_commit, run.after_ship_commit, storage.after_temp:<top directory>.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class WriteResult:
     publication: Publication | None
     attempts: int
     stale_parents: list[StaleParent]
+    upkeep: Upkeep | None = None  # what before_work did (None when the caller ran it itself)
 
 
 # -- the steps ------------------------------------------------------------------------------------
@@ -224,20 +227,49 @@ def recover_publication(ctx: TableContext) -> Publication | None:
     return ctx.publisher.publish(ctx.name, latest, digest=str(raw.get("digest", "")))
 
 
-def before_work(ctx: TableContext) -> None:
+@dataclass(slots=True, kw_only=True)
+class Upkeep:
+    """What `before_work` did before the writer's own work (reported by writers that care)."""
+
+    temp_files_removed: list[str] = field(default_factory=list)  # lake-relative paths
+    quarantine_migrated: int = 0  # legacy ledger files rewritten without their text
+    erasures_completed: int = 0  # erasures a killed writer left pending, completed here
+    publication: Publication | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"temp_files_removed": self.temp_files_removed, "quarantine_migrated": self.quarantine_migrated,
+                "erasures_completed": self.erasures_completed}
+
+
+def before_work(ctx: TableContext, *, lake_wide: bool = True) -> Upkeep:
     """What every writer does before it reads its parent: finish work a killed writer left behind.
 
-    Today: publish a landed-but-unpublished commit. Issue 13 adds here: complete a pending erasure."""
-    recover_publication(ctx)
+    Lake-wide (when the context knows its lake; `lake_wide=False` for a writer that already did it):
+    remove stale temp files (a killed writer's, which may hold payload text), migrate a legacy
+    quarantine ledger (quarantine/upkeep.py), and complete every erasure left pending in the ledger by a
+    killed writer (erasure/erase.py; its commits go through `write(..., upkeep=False)`). Then publish a
+    landed-but-unpublished commit of this table."""
+    upkeep = Upkeep()
+    if lake_wide and ctx.lake is not None:
+        from ..erasure.erase import complete_pending_erasures
+        from ..quarantine.upkeep import writer_start
+
+        started = writer_start(ctx.lake.storage)
+        upkeep.temp_files_removed = list(started["temp_files_removed"])
+        upkeep.quarantine_migrated = int(started["quarantine_migrated"])
+        upkeep.erasures_completed = complete_pending_erasures(ctx.lake)
+    upkeep.publication = recover_publication(ctx)
+    return upkeep
 
 
-def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
-          max_attempts: int = MAX_ATTEMPTS) -> WriteResult:
+def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attempts: int = MAX_ATTEMPTS,
+          upkeep: bool = True) -> WriteResult:
     """Build `plan` on the latest parent, stage, gate, commit strictly, retry on a stale parent, publish.
 
     With publish_now=False the commit lands with `publication: deferred` in its evidence and the
-    catalog is left alone (a release run publishes on ship)."""
-    before_work(ctx)
+    catalog is left alone (a release run publishes on ship). upkeep=False: the caller ran `before_work`.
+    """
+    done = before_work(ctx) if upkeep else None
     stale: list[StaleParent] = []
     publication = IMMEDIATE if publish_now else DEFERRED
     for attempt in range(1, max_attempts + 1):
@@ -252,7 +284,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
             raise
         if staged.empty:
             return WriteResult(table=ctx.name, version=None, staged=staged, publication=None, attempts=attempt,
-                               stale_parents=stale)
+                               stale_parents=stale, upkeep=done)
         try:
             version = commit(ctx, staged)
         except StaleParentError as exc:
@@ -262,5 +294,5 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
         crash_point("ingest.after_publish")
         return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
-                           stale_parents=stale)
+                           stale_parents=stale, upkeep=done)
     raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)
