@@ -78,6 +78,7 @@ class TableContext:
     clock: Clock
     publisher: Publisher
     erasures: ErasureLedger
+    index_root: Storage | None = None  # <lake>/_index/<table>/: the hot path's indexes (issue 14)
 
     @property
     def storage(self) -> Storage:
@@ -148,7 +149,7 @@ class LakeContext:
         """The writer's context for one of our tables."""
         return TableContext(name=name, uri=self.table_uri(name), storage_options=self.options,
                             table=self.table_def(name), clock=self.clock, publisher=self.publisher,
-                            erasures=self.erasures)
+                            erasures=self.erasures, index_root=self.storage.child(f"_index/{name}"))
 
     # -- publication -----------------------------------------------------------------------------
     def published(self, name: str) -> Publication | None:

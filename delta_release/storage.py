@@ -73,6 +73,10 @@ class Storage:
         rel = rel.strip("/")
         return f"{self._base}/{rel}" if rel else self._base
 
+    def full_path(self, rel: str = "") -> str:
+        """`rel` as a path of `self.fs` (for pyarrow datasets over several files)."""
+        return self._full(rel)
+
     def local_path(self, rel: str = "") -> Path:
         if not self.is_local:
             raise InputError("this operation needs a local lake", uri=self.root)

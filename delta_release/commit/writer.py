@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from .. import _delta
+from .. import _delta, index
 from ..context import TableContext
 from ..errors import NotFoundError, StaleParentError
 from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
@@ -61,6 +61,10 @@ class Change:
     batch_ids: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)  # evidence details (JSON-able, no subject ids)
     label: str | None = None  # a publication label (an external generation)
+    # For the key index (never written as plain ids): key -> partition value of the orders this change
+    # places (None: derive them from every row it stages), and keys it removes from the table (erasure).
+    locations: dict[str, Any] | None = None
+    gone_keys: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -143,8 +147,9 @@ def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: An
 def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.DataFrame], *, operation: str,
                        batch_ids: list[str] | None = None, details: dict[str, Any] | None = None) -> Change:
     """A change that replaces whole partitions: their new content, and every file they hold at `parent`."""
-    removes = files_of_partitions(_delta.file_entries(ctx.uri, ctx.storage_options, parent),
-                                  ctx.table.partition, partitions) if partitions else []
+    column = ctx.table.partition
+    removes = _delta.partition_entries(ctx.uri, ctx.storage_options, parent, column,
+                                       [partition_text(v) for v in partitions]) if partitions else []
     return Change(operation=operation, partitions=partitions, removes=removes, batch_ids=list(batch_ids or []),
                   details=dict(details or {}))
 
@@ -215,7 +220,7 @@ def recover_publication(ctx: TableContext) -> Publication | None:
     current = ctx.publisher.current(ctx.name)
     if latest is None or (current is not None and current.version >= latest):
         return current
-    raw = _delta.history(ctx.uri, ctx.storage_options, 1)[0]["evidence"]
+    raw = _delta.version_evidence(ctx.uri, ctx.storage_options, latest)
     if raw is None:
         return current  # not ours
     evidence = CommitEvidence.from_json(raw)
@@ -229,6 +234,25 @@ def before_work(ctx: TableContext) -> None:
 
     Today: publish a landed-but-unpublished commit. Issue 13 adds here: complete a pending erasure."""
     recover_publication(ctx)
+
+
+def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> None:
+    """Tell the indexes what commit `version` did. They are caches: a writer killed before this point
+    leaves them behind, and the next lookup rebuilds what is missing from the Delta log."""
+    change = staged.change
+    batches = index.batch_index(ctx)
+    if batches is not None and change.batch_ids:
+        batches.record(change.batch_ids, version)
+    keys = index.key_index(ctx)
+    if keys is None:
+        return
+    locations = change.locations
+    if locations is None:
+        key = ctx.table.key or ""
+        locations = {}
+        for value, frame in change.partitions.items():
+            locations.update(dict.fromkeys(frame[key].to_list(), value))
+    keys.record(version, locations, change.gone_keys, files=[e.add.path for e in change.existing])
 
 
 def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
@@ -261,6 +285,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
         crash_point("ingest.after_commit")
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
         crash_point("ingest.after_publish")
+        record_indexes(ctx, version, staged)
         return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
                            stale_parents=stale)
     raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)
