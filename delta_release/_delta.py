@@ -298,5 +298,6 @@ def add_actions_table(uri: str, options: dict[str, str], version: int) -> pa.Tab
 __all__ = [
     "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
     "create_table", "file_entries", "file_uris", "forget_handles", "history", "latest_version", "open_snapshot",
-    "partition_entries", "scan", "table_id", "scan_snapshot", "snapshot_entries", "table_configuration", "version_evidence",
+    "partition_entries", "scan", "scan_snapshot", "snapshot_entries", "table_configuration", "table_id",
+    "version_evidence",
 ]
