@@ -24,6 +24,8 @@ ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publis
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +40,11 @@ from ..gateway.catalog import Publication
 from ..stage import Candidate, gate_candidate, stage_partitions
 from ..stage.candidate import FileEvidence
 
-MAX_ATTEMPTS = 8
+# Each failed attempt means another writer committed, so the table moved forward: with N writers at
+# once a writer waits for at most N - 1 others. 64 covers dozens of concurrent writers; a jittered
+# backoff (capped at BACKOFF_MAX_S) keeps many writers from re-colliding in lockstep.
+MAX_ATTEMPTS = 64
+BACKOFF_MAX_S = 0.5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,6 +287,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
             version = commit(ctx, staged)
         except StaleParentError as exc:
             stale.append(StaleParent(expected=exc.expected, found=exc.found))
+            time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
             continue
         crash_point("ingest.after_commit")
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
