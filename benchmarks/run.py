@@ -17,7 +17,7 @@ from typing import Any
 from . import report
 from ._common import BENCH, SCALES, Scale, data_dir, link_copy, machine, median, run_child, versions
 
-SECTIONS = ("apply", "decode", "audit", "gate", "planning", "engines")
+SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "engines")
 
 
 def log(msg: str) -> None:
@@ -270,6 +270,48 @@ def bench_planning(scale: Scale, skip: set[str]) -> dict[str, Any]:
     return out
 
 
+# -- 6. catalog: resolving the published version from a cold reader on S3 (benchmarks/bench_catalog.py) -----
+
+CATALOG_SIZES = {"micro": (20, 2, 10), "tiny": (100, 5, 30), "small": (500, 10, 100), "full": (2000, 20, 200)}
+
+
+def bench_catalog(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    publications, commits, reads = CATALOG_SIZES.get(scale.name, CATALOG_SIZES["small"])
+    work = data_dir(scale) / "work" / "catalog_s3"
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    res = run_child("benchmarks.bench_catalog", str(work), str(publications), str(commits), str(reads),
+                    timeout=3600)
+    if not res.ok:
+        return {"error": res.error}
+    r = res.data
+
+    def fig(key: str) -> str:
+        m = r[key]
+        return (f"p95 {m['p95_s'] * 1000:.1f} ms (p50 {m['p50_s'] * 1000:.1f}); S3 requests/read "
+                f"{m['requests_total_per_read']:g} {m['requests_per_read'] or ''}")
+
+    base = r["lake_catalog_publication_only"]["p95_s"]
+    rows = [
+        ("catalog", f"cold reader, lake catalog: published version ({publications} generations), S3",
+         fig("lake_catalog_publication_only"), "", ""),
+        ("catalog", "cold reader, lake catalog: version + table location, S3", fig("lake_catalog"), "", ""),
+        ("catalog", "cold reader, lake catalog, pointer 5 generations behind, S3",
+         fig("lake_catalog_lagging_pointer"), "", ""),
+        ("catalog", f"cold reader, open the Delta log ({r['commits']} commits), S3", fig("delta_log"),
+         f"delta log/lake catalog = {r['delta_log']['p95_s'] / base:.1f}x", ""),
+        ("catalog", "SQLite catalog file (writer's local disk; unreachable from another machine)",
+         fig("sqlite_catalog"), "", ""),
+    ]
+    log(f"  catalog: lake p95 {base * 1000:.1f} ms, {r['lake_catalog_publication_only']['requests_total_per_read']:g}"
+        f" requests; delta log p95 {r['delta_log']['p95_s'] * 1000:.1f} ms, "
+        f"{r['delta_log']['requests_total_per_read']:g} requests")
+    notes = ["Cold reader = a new object-store client and catalog handle per read, imports warm; S3 requests "
+             "counted from moto's access log. The Delta log names the latest commit, not the published one."]
+    return {"result": r, "rows": rows, "notes": notes}
+
+
 # -- engines (benchmarks/bench_engines.py, owned by the interop engineer) -------------------------------------
 
 def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
@@ -290,7 +332,7 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
 
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
     "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
-    "planning": bench_planning, "engines": bench_engines,
+    "planning": bench_planning, "catalog": bench_catalog, "engines": bench_engines,
 }
 
 

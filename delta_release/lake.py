@@ -20,7 +20,8 @@ from .erasure import ErasureLedger, load_key
 from .erasure.erase import ErasureReport, erase_subject
 from .erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, PendingItem, pending_all
 from .errors import InputError
-from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .gateway.catalog import Catalog, Publication
+from .gateway.lake_catalog import catalog_for
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
@@ -72,13 +73,7 @@ class Lake(LakeContext):
         if storage.is_local:
             storage.local_path().mkdir(parents=True, exist_ok=True)
         if catalog is None:
-            if storage.is_local:
-                catalog = SqliteCatalog(storage.local_path("_catalog/catalog.sqlite"))
-            elif os.environ.get(CATALOG_ENV):
-                catalog = SqliteCatalog(Path(os.environ[CATALOG_ENV]))
-            else:
-                raise InputError(f"an s3:// lake needs a catalog: pass catalog= or set {CATALOG_ENV}",
-                                 uri=storage.root)
+            catalog = catalog_for(storage)  # gateway/lake_catalog.py: lake-resident for s3://, env selects
         if freshness not in ("refresh", "error"):
             raise InputError(f"unknown freshness policy {freshness!r} (refresh or error)")
         lake = cls(storage, catalog=catalog, clock=clock or SystemClock(),

@@ -2,14 +2,29 @@
 
 Everything the product writes outside the Delta log (raw batches, quarantine, evidence) goes through
 `Storage`, so the same code runs on a local directory and on `s3://bucket/prefix`.
+
+Writes that must not race are conditional, and really so on both stores:
+- `write_once` (create-only): local disk takes the final name with a hard link (fails if the name
+  exists); S3 sends `PUT` with `If-None-Match: *` (through `obstore`, the Python binding of the same Rust
+  `object_store` crate deltalake commits with; pyarrow's S3 filesystem cannot send the header).
+- `replace_if` (compare-and-swap): S3 sends `PUT` with `If-Match: <etag>`; local disk compares and
+  replaces under an exclusive `flock` on a sibling lock file.
+`read_tagged` and `list_after` (a listing that starts after a key, S3's `start-after`) serve the
+lake-resident catalog, which must find the newest record without listing all of history.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -21,6 +36,34 @@ from .errors import InputError
 class ObjectInfo:
     path: str  # relative to the storage root, '/'-separated
     size: int
+    tag: str | None = None  # the object's version tag (S3 ETag) when the listing gives one
+
+
+def _truthy(value: str | None) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _object_store(root_base: str, options: dict[str, str]) -> Any:
+    """An obstore S3Store for `bucket/prefix` (conditional puts, start-after listings, tagged reads)."""
+    from obstore.store import S3Store
+
+    opts = {k.upper(): v for k, v in options.items()}
+    bucket, _, prefix = root_base.partition("/")
+    config: dict[str, Any] = {}
+    for key, names in (("endpoint", ("AWS_ENDPOINT_URL", "ENDPOINT_URL", "AWS_ENDPOINT")),
+                       ("access_key_id", ("AWS_ACCESS_KEY_ID",)),
+                       ("secret_access_key", ("AWS_SECRET_ACCESS_KEY",)),
+                       ("session_token", ("AWS_SESSION_TOKEN", "AWS_TOKEN")),
+                       ("region", ("AWS_REGION", "AWS_DEFAULT_REGION"))):
+        value = next((opts[n] for n in names if opts.get(n)), None)
+        if value:
+            config[key] = value
+    config.setdefault("region", "us-east-1")
+    client = {"allow_http": True} if _truthy(opts.get("AWS_ALLOW_HTTP")) else None
+    # object_store retries for up to 3 minutes by default; an unreachable store should fail in seconds
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+    return S3Store(bucket, prefix=prefix or None, config=config, client_options=client,  # type: ignore[arg-type]
+                   retry_config=retry)  # type: ignore[arg-type]
 
 
 def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
@@ -46,6 +89,7 @@ class Storage:
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
         self.storage_options = dict(storage_options or {})
+        self._store: Any = None
         if root.startswith("s3://"):
             parsed = urlparse(root)
             self.is_local = False
@@ -97,10 +141,11 @@ class Storage:
         return self.fs.open_input_file(self._full(rel))
 
     @staticmethod
-    def _write_temp(parent: str, data: bytes) -> str:
+    def _write_temp(parent: str, data: bytes, mode: int | None = None) -> str:
         """Write `data` durably under a fresh temporary name in `parent` (local disk); returns that name."""
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -117,17 +162,29 @@ class Storage:
             with self.fs.open_output_stream(full) as out:
                 out.write(data)
 
-    def write_once(self, rel: str, data: bytes) -> bool:
+    def put(self, rel: str, data: bytes) -> None:
+        """Replace `rel` unconditionally; on S3 one single-part PUT (so its ETag is the MD5 of `data`,
+        comparable with the ETag of a create-only copy of the same bytes; pyarrow uploads multipart)."""
+        if self.is_local:
+            self.write_bytes(rel, data)
+            return
+        import obstore
+
+        obstore.put(self._obstore(), rel.strip("/"), data, mode="overwrite")
+
+    def write_once(self, rel: str, data: bytes, *, mode: int | None = None) -> bool:
         """Create `rel` with `data` unless it exists. Returns True when this call created it.
 
-        On local disk the final name is taken with a hard link, which fails if the name exists, so two
-        writers can never replace each other's bytes.
+        Atomic on both stores: on local disk the final name is taken with a hard link, which fails if the
+        name exists, so two writers can never replace each other's bytes and a reader never sees a
+        half-written file; on S3 the PUT carries `If-None-Match: *` and the server refuses the loser
+        (412). `mode` sets the local file's permission bits (e.g. 0o600 for a secret) before it appears.
         """
         full = self._full(rel)
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            tmp = self._write_temp(parent, data)
+            tmp = self._write_temp(parent, data, mode)
             try:
                 os.link(tmp, full)
                 return True
@@ -135,11 +192,93 @@ class Storage:
                 return False
             finally:
                 os.unlink(tmp)
-        if self.exists(rel):
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self._obstore(), rel.strip("/"), data, mode="create")
+            return True
+        except (AlreadyExistsError, PreconditionError):
+            # (A PUT retried after a lost response lands here too: callers that must tell "ours" from
+            # "theirs" compare the stored bytes, which carry a writer id where it matters.)
             return False
-        with self.fs.open_output_stream(full) as out:
-            out.write(data)
-        return True
+
+    def read_tagged(self, rel: str) -> tuple[bytes, str] | None:
+        """The bytes of `rel` and their version tag (S3 ETag; a sha256 on local disk), or None if absent."""
+        if self.is_local:
+            try:
+                data = Path(self._full(rel)).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            return data, hashlib.sha256(data).hexdigest()
+        import obstore
+
+        try:
+            got = obstore.get(self._obstore(), rel.strip("/"))
+        except FileNotFoundError:
+            return None
+        return bytes(got.bytes()), str(got.meta["e_tag"])
+
+    def replace_if(self, rel: str, data: bytes, tag: str) -> bool:
+        """Replace `rel` with `data` only if its current version tag is `tag` (compare-and-swap).
+
+        Returns False, writing nothing, when `rel` changed (or vanished) since `tag` was read. S3: `PUT`
+        with `If-Match`; local disk: compare and replace under an exclusive lock on `<rel>.lock`.
+        """
+        if self.is_local:
+            full = self._full(rel)
+            with self._locked(full + ".lock"):
+                current = self.read_tagged(rel)
+                if current is None or current[1] != tag:
+                    return False
+                os.replace(self._write_temp(full.rsplit("/", 1)[0], data), full)
+                return True
+        import obstore
+        from obstore.exceptions import PreconditionError
+
+        try:
+            obstore.put(self._obstore(), rel.strip("/"), data, mode={"e_tag": tag})
+            return True
+        except (PreconditionError, FileNotFoundError):
+            return False
+
+    @staticmethod
+    @contextmanager
+    def _locked(lock_path: str) -> Iterator[None]:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def list_after(self, prefix: str, start_after: str | None = None) -> list[ObjectInfo]:
+        """Objects directly or deeper under `prefix` whose path sorts after `start_after`, sorted.
+
+        On S3 this is one ListObjectsV2 request with `start-after` (per 1,000 keys), so a caller that
+        knows roughly where the newest keys are never pages through all of history.
+        """
+        prefix = prefix.strip("/")
+        if self.is_local:
+            base = Path(self._full(prefix))
+            try:
+                names = os.listdir(base)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            out = [ObjectInfo(path=f"{prefix}/{n}", size=(base / n).stat().st_size) for n in names
+                   if not n.startswith(".") and not n.endswith(".lock") and (base / n).is_file()]
+            out = [o for o in out if start_after is None or o.path > start_after]
+            return sorted(out, key=lambda o: o.path)
+        import obstore
+
+        metas = obstore.list(self._obstore(), prefix + "/", offset=start_after).collect()
+        return sorted((ObjectInfo(path=str(m["path"]), size=int(m["size"]), tag=m.get("e_tag"))
+                       for m in metas), key=lambda o: o.path)
+
+    def _obstore(self) -> Any:
+        if self._store is None:
+            self._store = _object_store(self._base, self.storage_options)
+        return self._store
 
     def _ensure_dir(self, full_dir: str) -> None:
         # An object store has no directories: pyarrow's create_dir on S3 PUTs an empty `dir/` marker for

@@ -24,8 +24,9 @@ def test_bench_runner_runs_at_micro_scale(tmp_path: Path) -> None:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((tmp_path / "micro" / "results.json").read_text())
-    for section in ("apply", "decode", "audit", "gate", "planning"):
+    for section in ("apply", "decode", "audit", "gate", "planning", "catalog"):
         assert "error" not in results["sections"][section], results["sections"][section]
+    assert results["sections"]["catalog"]["result"]["same_answer"] is True
     runs = results["sections"]["apply"]["runs"]
     main = runs[str(results["sections"]["apply"]["main_rows"])]
     assert main["ours"]["ok"] and main["deltalake"]["ok"], main

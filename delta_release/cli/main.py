@@ -7,6 +7,7 @@ import click
 from .. import __version__
 from .audit import audit
 from .base import Options
+from .catalog import catalog
 from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
@@ -27,7 +28,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
 
 
 for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
-                vacuum, run):
+                vacuum, run, catalog):
     cli.add_command(command)
 
 

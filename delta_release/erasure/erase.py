@@ -149,7 +149,7 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
     entry = existing if existing is not None else ErasureEntry(
         subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
     if existing is None:
-        ledger.write(entry)
+        entry = ledger.write(entry)  # create-only: a concurrent erasure's entry stands
     _remove_subject(lake, table, order_id, report)
 
     lineage = table_lineage(lake, table)

@@ -4,7 +4,10 @@ The secret is created once, when the lake is created, at `<lake>/_erasure/key` w
 from `DELTA_RELEASE_ERASURE_KEY`. The plain subject id is never written by this module.
 
 One small JSON file per subject (`_erasure/subjects/<hash>.json`), so two erasures running at the same
-time never overwrite each other's entry. An entry is written twice: `pending` before the erasure commit
+time never overwrite each other's entry. The first write of an entry is create-only and every later one
+a compare-and-swap on the bytes it replaces (S3 `If-None-Match` / `If-Match`; a hard link / a locked
+compare-and-replace on local disk), so two processes erasing the same subject can never silently
+overwrite each other. An entry is written twice: `pending` before the erasure commit
 (from then on the subject's events are blocked), `done` after it, with what the commit removed and which
 versions of the table still hold the subject (`exposed`, inclusive version ranges) and in which data
 files (`files`). Versions are immutable and, once the subject is blocked, no later version can hold it,
@@ -20,6 +23,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field, replace
 
+from ..errors import SafetyError
 from ..storage import Storage
 
 KEY_PATH = "_erasure/key"
@@ -28,24 +32,17 @@ ENV_KEY = "DELTA_RELEASE_ERASURE_KEY"
 
 
 def load_key(storage: Storage, *, create: bool) -> bytes:
+    """The lake's erasure secret; created (create=True) atomically if the lake has none yet.
+
+    Two processes racing to create it end with ONE key: each writes a fresh secret create-only (a hard
+    link on local disk, `If-None-Match: *` on S3), the loser's write is refused, and both then read the
+    winner's bytes. A reader never sees a half-written key (the name appears with its full content).
+    """
     env = os.environ.get(ENV_KEY)
     if env:
         return env.encode()
-    if storage.is_local:
-        path = storage.local_path(KEY_PATH)
-        if not path.exists() and create:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:  # another process created it first; use theirs
-                return path.read_bytes().strip()
-            try:
-                os.write(fd, secrets.token_hex(32).encode())
-            finally:
-                os.close(fd)
-        return path.read_bytes().strip()
-    if not storage.exists(KEY_PATH) and create:
-        storage.write_once(KEY_PATH, secrets.token_hex(32).encode())
+    if create and not storage.exists(KEY_PATH):
+        storage.write_once(KEY_PATH, secrets.token_hex(32).encode(), mode=0o600)
     return storage.read_bytes(KEY_PATH).strip()
 
 
@@ -113,14 +110,32 @@ class ErasureLedger:
                              **fields)  # type: ignore[arg-type]
         return self.write(entry)
 
+    @staticmethod
+    def _bytes(entry: ErasureEntry) -> bytes:
+        return json.dumps(asdict(entry), indent=1, sort_keys=True).encode()
+
     def write(self, entry: ErasureEntry) -> ErasureEntry:
-        data = json.dumps(asdict(entry), indent=1, sort_keys=True).encode()
-        self._storage.write_bytes(self._path(entry.subject), data)
+        """Create the entry of a new subject (create-only). If another process created it first, its
+        entry stands and is returned (an erasure in flight or done: either way the subject is blocked)."""
         self._cache = None
-        return entry
+        if self._storage.write_once(self._path(entry.subject), self._bytes(entry)):
+            return entry
+        stored = self._storage.read_bytes(self._path(entry.subject))
+        return ErasureEntry(**json.loads(stored))
 
     def update(self, entry: ErasureEntry, **changes: object) -> ErasureEntry:
-        return self.write(replace(entry, **changes))  # type: ignore[arg-type]
+        """Replace `entry` (as read or written by this process) with `entry` plus `changes`, only if the
+        stored entry is still exactly `entry` (compare-and-swap); else refuse: another erasure of the same
+        subject moved it, and this one must re-run on what that one recorded."""
+        path = self._path(entry.subject)
+        new = replace(entry, **changes)  # type: ignore[arg-type]
+        self._cache = None
+        stored = self._storage.read_tagged(path)
+        if stored is not None and stored[0] == self._bytes(entry) \
+                and self._storage.replace_if(path, self._bytes(new), stored[1]):
+            return new
+        raise SafetyError("the erasure ledger entry of this subject changed concurrently "
+                          "(another erasure of it is running or ran): run erase again", subject=entry.subject)
 
     def size_bytes(self) -> int:
         return sum(o.size for o in self._storage.list(SUBJECTS_PREFIX, recursive=False))

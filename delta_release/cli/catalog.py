@@ -1,0 +1,63 @@
+"""catalog: the lake-resident catalog (docs/catalog-format.md); `catalog migrate` moves a SQLite catalog."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .base import S3_ENV, Options, command_options, emit
+
+
+@click.group()
+def catalog() -> None:
+    """The catalog stored in the lake (tables and publications as create-only JSON objects)."""
+
+
+@catalog.command()
+@click.option("--from", "source", nargs=2, type=(click.Choice(["sqlite"]), str), default=None,
+              metavar="sqlite PATH", help="The SQLite catalog to move (default: the lake's "
+              "_catalog/catalog.sqlite, or $DELTA_RELEASE_CATALOG when it names a file).")
+@command_options
+def migrate(opts: Options, source: tuple[str, str] | None) -> None:
+    """Move every table entry and publication of a SQLite catalog into the lake-resident catalog.
+
+    Create-only and idempotent: a second run moves nothing. Generation numbers are kept; a generation
+    present in both with different content is refused (exit 3). The SQLite file is left in place; from
+    now on the lake uses its lake-resident catalog (unless DELTA_RELEASE_CATALOG says otherwise).
+    """
+    from ..errors import InputError
+    from ..gateway.catalog import SqliteCatalog
+    from ..gateway.lake_catalog import CATALOG_ENV, SQLITE_PATH, LakeCatalog, migrate_catalog
+    from ..storage import Storage
+
+    options = {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
+    storage = Storage(opts.lake, options)
+    if source is not None:
+        path = Path(source[1])
+    elif os.environ.get(CATALOG_ENV, "") not in ("", "lake", "sqlite", "memory"):
+        path = Path(os.environ[CATALOG_ENV])
+    elif storage.is_local:
+        path = storage.local_path(SQLITE_PATH)
+    else:
+        raise InputError("catalog migrate: an s3:// lake has no SQLite catalog of its own; "
+                         "name it with --from sqlite PATH", uri=storage.root)
+    if not path.is_file():
+        raise InputError(f"catalog migrate: no SQLite catalog at {path}", path=str(path))
+    report = migrate_catalog(SqliteCatalog(path), LakeCatalog(storage))
+    lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
+             f"{report['present']} already there"]
+    for t in report["tables"]:
+        pubs = report["publications"].get(t["name"], {})
+        cur = report["current"].get(t["name"])
+        lines.append(f"  {t['name']}: table {t['action']} ({t['location']}), generations moved "
+                     f"{_ranges(pubs.get('moved', []))}, present {_ranges(pubs.get('present', []))}, current "
+                     + (f"generation {cur['generation']} = version {cur['version']}" if cur else "none"))
+    emit(opts, report, "\n".join(lines))
+
+
+def _ranges(gens: list[int]) -> str:
+    if not gens:
+        return "none"
+    return f"{gens[0]}" if len(gens) == 1 else f"{gens[0]}-{gens[-1]} ({len(gens)})"

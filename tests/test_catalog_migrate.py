@@ -1,0 +1,102 @@
+"""`delta-release catalog migrate`: an existing lake's SQLite catalog moves to the lake-resident catalog,
+losing no publication, idempotent, saying what it moved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import jsonl, up
+from s3server import S3Server, s3server  # noqa: F401 - the fixture
+
+import delta_release as dr
+from delta_release.gateway.catalog import SqliteCatalog
+from delta_release.gateway.lake_catalog import CATALOG_ENV, LakeCatalog
+
+
+def cli(lake: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != CATALOG_ENV}
+    return subprocess.run([sys.executable, "-m", "delta_release", "--lake", lake, "--json", *args],
+                          capture_output=True, text=True, env={**base, **(env or {})}, timeout=300)
+
+
+def pubs(cat: Any, table: str = "orders") -> list[tuple[int, int, str, str, str | None]]:
+    return [(p.generation, p.version, p.completed, p.digest, p.label) for p in cat.publications(table)]
+
+
+def test_migrate_a_local_lake_then_it_uses_the_lake_catalog(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.open(root)
+    assert isinstance(lake.catalog, SqliteCatalog)  # local lakes keep SQLite until migrated
+    lake.ingest(jsonl([up("a", 1), up("b", 2, day=48)]))
+    lake.ingest(jsonl([up("c", 3)]))
+    lake.publish_version("orders", 2, digest="relabel", label="release-1")
+    before = pubs(lake.catalog)
+    assert len(before) == 4
+    rows = lake.read().to_dicts()
+
+    out = cli(str(root), "catalog", "migrate")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["moved"] == 4 and report["present"] == 0
+    assert report["publications"]["orders"]["moved"] == [1, 2, 3, 4]
+    assert report["current"]["orders"] == {"generation": 4, "version": 2}
+    assert {t["name"]: t["action"] for t in report["tables"]}["orders"] == "moved"
+
+    reopened = dr.Lake.open(root)
+    assert isinstance(reopened.catalog, LakeCatalog)
+    assert pubs(reopened.catalog) == before
+    assert reopened.read().to_dicts() == rows
+    assert (root / "_catalog" / "catalog.sqlite").exists()  # left in place
+
+    again = json.loads(cli(str(root), "catalog", "migrate").stdout)
+    assert (again["moved"], again["present"]) == (0, 4)
+    plain = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(root), "catalog", "migrate"],
+                           capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                                 if k != CATALOG_ENV})
+    assert plain.returncode == 0 and "0 publications moved, 4 already there" in plain.stdout
+
+
+def test_migrate_refuses_a_generation_that_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.open(root)
+    lake.ingest(jsonl([up("a", 1)]))
+    target = LakeCatalog(lake.storage)
+    target.register("orders", location="orders", kind="delta")
+    target.publish("orders", expected_generation=None, version=7, digest="other", completed="2026-01-01T00:00:00Z")
+    out = cli(str(root), "catalog", "migrate")
+    assert out.returncode == 3, out.stdout + out.stderr
+    err = json.loads(out.stdout)["error"]
+    assert err["type"] == "GenerationConflictError" and err["table"] == "orders"
+    assert target.publications("orders")[0].version == 7  # nothing overwritten
+
+
+def test_migrate_names_a_missing_source(tmp_path: Path) -> None:
+    out = cli(str(tmp_path / "lake"), "catalog", "migrate", "--from", "sqlite", str(tmp_path / "nope.sqlite"))
+    assert out.returncode == 2
+    assert "nope.sqlite" in json.loads(out.stdout)["error"]["message"]
+
+
+@pytest.mark.integration
+def test_migrate_an_s3_lake_from_its_local_sqlite(s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    uri = f"s3://{s3server.new_bucket()}/lake"
+    sqlite = tmp_path / "catalog.sqlite"
+    lake = dr.Lake.open(uri, storage_options=s3server.options, catalog=SqliteCatalog(sqlite))
+    lake.ingest(jsonl([up("a", 1)]))
+    lake.ingest(jsonl([up("b", 2)]))
+    out = cli(uri, "catalog", "migrate", "--from", "sqlite", str(sqlite), env=s3server.options)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["moved"] == 3
+    reader = dr.Lake.open(uri, storage_options=s3server.options)  # no catalog given: the lake's own
+    assert pubs(reader.catalog) == pubs(lake.catalog)
+    assert reader.read()["order_id"].to_list() == ["a", "b"]
