@@ -287,6 +287,14 @@ class Storage:
             self.fs.create_dir(full_dir, recursive=True)
 
     def delete(self, rel: str) -> None:
+        if not self.is_local:  # pyarrow's delete_file PUTs a `dir/` marker when it empties a prefix
+            import obstore
+
+            try:
+                obstore.delete(self._obstore(), rel.strip("/"))
+            except FileNotFoundError:
+                pass
+            return
         try:
             self.fs.delete_file(self._full(rel))
         except FileNotFoundError:
