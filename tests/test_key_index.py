@@ -43,7 +43,8 @@ def key_index(lake: dr.Lake) -> index.KeyIndex:
 
 
 def index_dir(lake: dr.Lake) -> Path:
-    return lake.storage.local_path("_index/orders")
+    table_id = _delta.table_id(lake.table_uri("orders"), lake.options)
+    return lake.storage.local_path(f"_index/orders/{table_id}")
 
 
 def located(lake: dr.Lake) -> dict[str, int | None]:

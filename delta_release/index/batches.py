@@ -48,9 +48,7 @@ class BatchIndex:
         start = self.watermark()
         if start is not None and start >= upto:
             return
-        if start is None:  # missing (or another table's): rebuild from the whole history, once
-            for old in self.index.list(MARKERS):
-                self.index.delete(old.path)
+        if start is None:  # missing: rebuild from the whole history, once (markers are only ever added)
             for entry in _delta.history(self.uri, self.options):
                 if entry["evidence"] is not None and entry["version"] <= upto:
                     self._mark(CommitEvidence.from_json(entry["evidence"]).batch_ids, entry["version"])
@@ -74,4 +72,5 @@ class BatchIndex:
 
     def all(self, *, upto: int) -> set[str]:
         self.catch_up(upto)
-        return {o.path.rsplit("/", 1)[-1] for o in self.index.list(MARKERS)}
+        return {o.path.rsplit("/", 1)[-1] for o in self.index.list(MARKERS)
+                if not o.path.rsplit("/", 1)[-1].startswith(".")}

@@ -138,9 +138,8 @@ class KeyIndex:
             self.index.delete(f"keys/v/{version:012d}")
 
     def rebuild(self, version: int) -> None:
-        """The whole index from the table at `version` (a missing index)."""
-        for old in self.index.list("keys"):
-            self.index.delete(old.path)
+        """The whole index from the table at `version` (a missing index). Deletes nothing: writers may be
+        rebuilding at the same time; a base hides every delta up to its version."""
         rows: list[tuple[str, int]] = []
         if version > 0:
             for entry in _delta.file_entries(self.uri, self.options, version):
@@ -163,7 +162,7 @@ class KeyIndex:
         return self._read_shard(shard, upto)
 
     def _read_shard(self, shard: str, upto: int) -> tuple[pl.DataFrame, int]:
-        names = [o.path for o in self.index.list(f"keys/{shard}", recursive=False)]
+        names = self._names(shard)
         bases = sorted(p for p in names if p.rsplit("/", 1)[-1].startswith("b-"))
         base_v = _version_of(bases[-1]) if bases else -1
         state = (_read_ipc(self.index.read_bytes(bases[-1])) if bases
@@ -176,10 +175,15 @@ class KeyIndex:
                                changes.filter(pl.col("gone").not_()).select("h", "day")])
         return state, len(deltas)
 
+    def _names(self, shard: str) -> list[str]:
+        """The shard's base and delta files (never another writer's temporary file)."""
+        return [o.path for o in self.index.list(f"keys/{shard}", recursive=False)
+                if o.path.rsplit("/", 1)[-1][:2] in ("b-", "d-") and o.path.endswith(".arrow")]
+
     def compact(self, shard: str, version: int, *, drop_all_older: bool = False) -> None:
         """Write the shard's base at `version` (all its deltas up to it) and delete what it replaces."""
         state, _ = self._shard_state(shard, version)
-        names = [o.path for o in self.index.list(f"keys/{shard}", recursive=False)]
+        names = self._names(shard)
         prior = sorted(_version_of(p) for p in names
                        if p.rsplit("/", 1)[-1].startswith("b-") and _version_of(p) < version)
         new = f"keys/{shard}/b-{version:012d}.arrow"
@@ -215,8 +219,8 @@ class KeyIndex:
 
     def holds(self, subject_hash: str) -> bool:
         """True when any index file names `subject_hash` (for tests and audits)."""
-        for o in self.index.list(f"keys/{_shard(subject_hash)}", recursive=False):
-            frame = _read_ipc(self.index.read_bytes(o.path))
+        for path in self._names(_shard(subject_hash)):
+            frame = _read_ipc(self.index.read_bytes(path))
             if frame.filter(pl.col("h") == subject_hash).height:
                 return True
         return False
