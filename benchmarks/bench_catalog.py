@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
                      region_name="us-east-1").create_bucket(Bucket="bench")
         uri = "s3://bench/lake"
         t0 = time.perf_counter()
-        lake = Lake.open(uri, storage_options=options)  # the lake-resident catalog (the s3:// default)
+        lake = Lake.create(uri, storage_options=options)  # the lake-resident catalog (the s3:// default)
         assert isinstance(lake.catalog, LakeCatalog)
         sqlite = SqliteCatalog(work / "catalog.sqlite")
         sqlite.register("orders", location="orders", kind="delta")

@@ -22,7 +22,7 @@ def build(lake_path: Path | str, hours: int, files_per_hour: int, **open_kw: Any
     from delta_release.external.publish import publish_manifest
     from delta_release.lake import Lake
 
-    lake = Lake.open(lake_path, **open_kw)
+    lake = Lake.create(lake_path, **open_kw)
     for hour in range(hours):
         doc, objects = produce_hour(hour, f"gen-{hour}", files=files_per_hour, rows=50)
         from delta_release.external.publish import ensure_table

@@ -143,7 +143,7 @@ def build_ours(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
     from delta_release.context import TableContext
     from delta_release.lake import Lake
 
-    lake = Lake.open(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
+    lake = Lake.create(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
     parts = {key[0]: df for key, df in frame.partition_by("event_day", as_dict=True, maintain_order=True).items()}
 
     class BaseRows(Plan):
