@@ -47,7 +47,7 @@ def main() -> None:
 
     checkpoints = sorted(int(v) for v in args.versions.split(","))
     shutil.rmtree(args.lake, ignore_errors=True)
-    lake = dr.Lake.open(args.lake)
+    lake = dr.Lake.create(args.lake)
     rng = random.Random(args.seed)
     known: list[str] = []
     times: dict[int, float] = {}

@@ -39,7 +39,7 @@ def main() -> None:
 
     lake_dir = Path(args.lake)
     shutil.rmtree(lake_dir, ignore_errors=True)
-    dr.Lake.open(lake_dir)
+    dr.Lake.create(lake_dir)
     batches = (disjoint_batches if args.kind == "disjoint" else make_batches)(args.writers, seed=16)
     files = []
     for i, b in enumerate(batches):

@@ -174,7 +174,7 @@ def disjoint_batches(writers: int, *, seed: int, events_per_batch: int = 24) -> 
 def test_six_writers_all_commit(tmp_path: Path, kind: str) -> None:
     """More writers than the old attempt limit allowed for comfortably: all commit, none lost, fold equal."""
     lake_dir = tmp_path / "lake"
-    dr.Lake.open(lake_dir)
+    dr.Lake.create(lake_dir)
     batches = disjoint_batches(6, seed=3) if kind == "disjoint" else make_batches(6, seed=5)
     files = []
     for i, b in enumerate(batches):

@@ -57,11 +57,11 @@ def test_results_equal_the_reference_fold_with_and_without_the_index(tmp_path: P
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     batches = stream(1)
     events = [e for b in batches for e in b]
-    with_index = dr.Lake.open(tmp_path / "with")
+    with_index = dr.Lake.create(tmp_path / "with")
     for b in batches:
         with_index.ingest(jsonl(b))
     monkeypatch.setenv(index.ENV_OFF, "1")
-    without = dr.Lake.open(tmp_path / "without")
+    without = dr.Lake.create(tmp_path / "without")
     for b in batches:
         without.ingest(jsonl(b))
     assert not (tmp_path / "without" / "_index").exists()
@@ -73,7 +73,7 @@ def test_results_equal_the_reference_fold_with_and_without_the_index(tmp_path: P
 
 def test_a_missing_index_is_rebuilt_from_the_table(tmp_path: Path) -> None:
     batches = stream(2)
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     for b in batches[:3]:
         lake.ingest(jsonl(b))
     shutil.rmtree(index_dir(lake))
@@ -87,7 +87,7 @@ def test_a_missing_index_is_rebuilt_from_the_table(tmp_path: Path) -> None:
 
 
 def test_a_stale_index_is_caught_up_from_the_commits_it_missed(tmp_path: Path) -> None:
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     lake.ingest(jsonl([up("a", 1, day=1), up("b", 2, day=2)]))
     saved = tmp_path / "saved-index"
     shutil.copytree(index_dir(lake), saved)
@@ -108,7 +108,7 @@ def test_a_stale_index_is_caught_up_from_the_commits_it_missed(tmp_path: Path) -
 
 
 def test_erasure_removes_the_subject_from_the_key_index(tmp_path: Path) -> None:
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     lake.ingest(jsonl([up("ord-47", 1, day=1), up("ord-48", 2, day=1), up("ord-47", 3, day=2)]))
     lake.ingest(jsonl([up("ord-49", 4, day=2)]))
     subject = lake.erasures.subject_key("ord-47")
@@ -124,7 +124,7 @@ def test_erasure_removes_the_subject_from_the_key_index(tmp_path: Path) -> None:
 
 def test_applied_batches_equal_the_history_with_and_without_the_index(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     ids = [lake.ingest(jsonl(b)).batch_id for b in stream(3, n_batches=4)]
     for b in ids[1:]:  # behind: it knows version 1 only
         (index_dir(lake) / "batches" / b).unlink()
@@ -139,12 +139,12 @@ def test_applied_batches_equal_the_history_with_and_without_the_index(tmp_path: 
 
 
 def test_an_index_left_by_another_table_at_the_same_uri_is_not_trusted(tmp_path: Path) -> None:
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     data = jsonl([up("a", 1, day=1)])
     lake.ingest(data)
     shutil.rmtree(tmp_path / "lake" / "orders")  # the table goes; its indexes stay
     _delta.forget_handles()
-    again = dr.Lake.open(tmp_path / "lake")
+    again = dr.Lake.create(tmp_path / "lake")
     report = again.ingest(data)
     assert not report.duplicate and report.version == 1
     assert current(again) == oracle([up("a", 1, day=1)])
