@@ -12,6 +12,7 @@ from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
 from .orders import history, ingest, read, replay
+from .quarantine import quarantine
 from .register import register
 from .release import run
 from .status import status
@@ -31,7 +32,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
 
 
 for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
-                vacuum, run, catalog, status):
+                vacuum, run, quarantine, catalog, status):
     cli.add_command(command)
 
 

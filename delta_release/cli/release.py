@@ -34,9 +34,9 @@ def run(opts: Options, config: str) -> None:
     styles = ["green" if s["passed"] else "bold red" for s in result["summary"]]
     table = progress.table(["check", "result", "observed", "threshold", "time"], rows, styles=styles,
                            title=f"release run {result['run_id']} on {result['lake']}")
-    decision = result["decision"].upper()
-    text = (f"{table}\n\ndecision: {decision}  (orders version {snap['version']}, generation "
-            f"{snap['generation'] or 'unchanged: nothing published'})\n"
+    where = (f"orders version {snap['version']}, generation {snap['generation']}" if snap["version"] is not None
+             else f"nothing committed: the candidate staged on orders version {snap.get('parent')} was discarded")
+    text = (f"{table}\n\ndecision: {result['decision'].upper()}  ({where})\n"
             + (f"held because: {', '.join(result['failed_checks'])}\n" if result["failed_checks"] else "")
             + f"packet: {result['packet']} (sha256 {result['packet_sha256'][:16]}...)\nreport: {result['report']}\n"
               f"all runs: {result['index']}")

@@ -20,6 +20,7 @@ from ..contract.decode import split_lines
 from ..views import current_rows
 
 if TYPE_CHECKING:
+    from ..commit.view import StagedSnapshot
     from ..lake import Lake
     from .config import ReleaseConfig
 
@@ -29,10 +30,15 @@ class RunContext:
     config: ReleaseConfig
     lake: Lake
     scratch: Path
-    candidate_version: int
+    candidate: StagedSnapshot  # the staged file set every check reads (nothing of it is committed yet)
+    recorded: dict[str, str]  # path -> sha256 the candidate's evidence records for the files it stages
+    batch_ids: set[str]  # the batches the candidate's rows come from: committed ones and the run's own
     reports: list[dict[str, Any]]
-    parent_version: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"the candidate staged on version {self.candidate.parent}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -71,8 +77,7 @@ def check_amount_unit(ctx: RunContext) -> CheckResult:
         line = json.dumps(probe)[:-1] + f', "amount_cents": {text}}}'
         decoded = decode_batch(line.encode())
         seen[text] = "accepted" if decoded.accepted else decoded.rejects[0].reason.value
-    schema = _delta.arrow_schema(ctx.lake.table_uri("orders"), ctx.lake.options, ctx.candidate_version)
-    integer_column = str(schema.field("amount_cents").type) == "int64"
+    integer_column = ctx.candidate.scan().collect_schema().get("amount_cents") == pl.Int64
     ok = seen == cases and integer_column
     return CheckResult(name="amount_unit", passed=ok,
                        detail="amounts are integer cents; fractions, floats and strings are rejected" if ok
@@ -104,11 +109,11 @@ def recorded_checksums(lake: Lake, table: str) -> dict[str, str]:
 
 def check_checksums(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    recorded = recorded_checksums(lake, "orders")
+    recorded = {**recorded_checksums(lake, "orders"), **ctx.recorded}
     store = lake.table_storage("orders")
     files = []
     bad = []
-    for e in _delta.file_entries(lake.table_uri("orders"), lake.options, ctx.candidate_version):
+    for e in ctx.candidate.entries:
         expected = recorded.get(e.path)
         data = store.read_bytes(e.path) if store.exists(e.path) else None
         found = hashlib.sha256(data).hexdigest() if data is not None else None
@@ -117,16 +122,19 @@ def check_checksums(ctx: RunContext) -> CheckResult:
             bad.append({"path": e.path, "expected": expected, "found": found})
     ctx.evidence["files"] = files
     return CheckResult(name="checksums", passed=not bad,
-                       detail=f"{len(files)} files of version {ctx.candidate_version} match their recorded sha256"
+                       detail=f"{len(files)} files of {ctx.label} match their recorded sha256"
                        if not bad else f"{len(bad)} files differ from their recorded sha256",
                        evidence={"files_checked": len(files), "mismatches": bad})
 
 
-def _accepted_events(lake: Lake) -> list[dict[str, Any]]:
-    """Every accepted event of every retained raw batch, minus quarantined lines and erased subjects."""
+def _accepted_events(lake: Lake, batch_ids: set[str]) -> list[dict[str, Any]]:
+    """Every accepted event of the retained raw batches in `batch_ids` (those committed and the run's own;
+    a held run's batches are not part of any version), minus quarantined lines and erased subjects."""
     events: list[dict[str, Any]] = []
     erased = lake.erasures.erased_subjects()
     for batch in lake.raw.list():
+        if batch.batch_id not in batch_ids:
+            continue
         data = lake.raw.read(batch.batch_id)
         quarantined = set(lake.quarantine.rows(batch.batch_id)["line"].to_list())
         n = len(split_lines(data))
@@ -141,17 +149,16 @@ def _accepted_events(lake: Lake) -> list[dict[str, Any]]:
 
 def check_pinned_query(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    uri = lake.table_uri("orders")
-    frame = current_rows(_delta.scan(uri, lake.options, ctx.candidate_version), lake.table_def("orders")).collect()
+    frame = current_rows(ctx.candidate.scan(), lake.table_def("orders")).collect()
     got = {r["order_id"]: (r["amount_cents"], r["currency"], r["event_day"], r["position"]) for r in frame.to_dicts()}
     want = {k: (v["amount_cents"], v["currency"], v["event_day"], v["position"])
-            for k, v in reference_fold(_accepted_events(lake)).items()}
+            for k, v in reference_fold(_accepted_events(lake, ctx.batch_ids)).items()}
     diff = sorted(set(got.items()) ^ set(want.items()))
     return CheckResult(name="pinned_query", passed=not diff,
-                       detail=f"version {ctx.candidate_version} holds {len(got)} current orders, equal to the"
+                       detail=f"{ctx.label} holds {len(got)} current orders, equal to the"
                               " reference fold of every accepted event" if not diff
                        else f"{len(diff)} rows differ from the reference fold",
-                       evidence={"version": ctx.candidate_version, "rows": len(got), "differences": len(diff)})
+                       evidence={"parent": ctx.candidate.parent, "rows": len(got), "differences": len(diff)})
 
 
 def _drill_check(ctx: RunContext, name: str, run: Callable[[str], dict[str, Any]], ok_detail: str) -> CheckResult:
@@ -181,7 +188,7 @@ def check_audit(ctx: RunContext) -> CheckResult:
     from ..audit import audit_days
 
     a, b = ctx.config.audit.days
-    r = audit_days(ctx.lake, "orders", a, b, ctx.candidate_version, unpublished_ok=True)
+    r = audit_days(ctx.lake, "orders", a, b, staged=ctx.candidate)
     ctx.evidence["audit"] = r
     ok = r["fraction"] <= ctx.config.audit.max_fraction
     return CheckResult(name="audit_bytes", passed=ok,
@@ -191,18 +198,24 @@ def check_audit(ctx: RunContext) -> CheckResult:
                                  "threshold": ctx.config.audit.max_fraction})
 
 
-def receive_manifest(lake: Lake, path: Path) -> Any:
+def receive_manifest(lake: Lake, path: Path, uploaded: list[str] | None = None) -> Any:
     """Take a producer's drop: the objects listed by the manifest, found beside it, uploaded into the table
-    under their immutable names (an existing name is never overwritten). Returns the parsed manifest."""
+    under their immutable names (an existing name is never overwritten). Returns the parsed manifest.
+    Creates no Delta log (a held run leaves every log as it was); names newly written go to `uploaded`."""
     from ..external.manifest import load_manifest
-    from ..external.producer import upload
-    from ..external.publish import ensure_table
 
     manifest = load_manifest(path, lake.tables)
-    ensure_table(lake, manifest.table)
     drop = path.parent
-    objects = {f.path: (drop / f.path).read_bytes() for f in manifest.files if (drop / f.path).is_file()}
-    upload(lake.table_storage(manifest.table), objects)
+    store = lake.table_storage(manifest.table)
+    for f in manifest.files:
+        if not (drop / f.path).is_file():
+            continue
+        data = (drop / f.path).read_bytes()
+        if store.write_once(f.path, data):
+            if uploaded is not None:
+                uploaded.append(f"{manifest.table}:{f.path}")
+        elif store.read_bytes(f.path) != data:
+            raise FileExistsError(f"immutable name {f.path} already holds other bytes")
     return manifest
 
 
@@ -216,9 +229,9 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
     reports = []
     ok = bool(ctx.config.manifests)
     for path in ctx.config.manifests:
-        manifest = receive_manifest(ctx.lake, path)
+        manifest = receive_manifest(ctx.lake, path, ctx.evidence.setdefault("uploaded", []))
         report = gate_manifest(ctx.lake, manifest).to_json()
-        ghost = ManifestFile(path=f"{manifest.directory}/never-written-{ctx.candidate_version}.parquet",
+        ghost = ManifestFile(path=f"{manifest.directory}/never-written-{ctx.candidate.parent}.parquet",
                              size_bytes=1, records=1, sha256="0" * 64)
         probe = gate_manifest(ctx.lake, replace(manifest, files=(*manifest.files, ghost))).to_json()
         live = (not probe["ok"]) and probe["missing"] == [ghost.path]
@@ -316,7 +329,7 @@ def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
 def _event_checks(ctx: RunContext) -> list[CheckResult]:
     t = ctx.config.thresholds
     lake = ctx.lake
-    parent = ctx.parent_version
+    parent = ctx.candidate.parent
     running = _max_applied_position(lake, parent)
     before = _current(lake, parent)
     newest = before["event_day"].max() if before.height else None  # newest event_day applied so far
@@ -338,7 +351,8 @@ def _event_checks(ctx: RunContext) -> list[CheckResult]:
         day = ups["event_day"].max()
         if day is not None:
             newest = day if newest is None else max(newest, day)
-    after = _current(lake, ctx.candidate_version)
+    after = (ctx.candidate.scan().filter(pl.col("deleted").not_())  # the staged candidate, not yet committed
+             .select("order_id", "event_day", "position").collect())
     moved_frame = before.join(after, on="order_id", suffix="_after").filter(
         pl.col("event_day").ne_missing(pl.col("event_day_after")))
     moved = moved_frame.height

@@ -1,5 +1,7 @@
-"""`run CONFIG.yaml`: ingest the sources without publishing, run every check on the candidate snapshot,
-then ship (publish the generation) or hold (publish nothing), and write the packet and the report."""
+"""`run CONFIG.yaml`: stage ONE candidate of all the sources without committing, run every check on that
+staged candidate, then ship (one strict commit per table on the run's parent, then publish) or hold
+(discard the staged files: every Delta log stays as it was), and write the packet and the report.
+The staging, ship and hold steps are in `candidate.py`."""
 
 from __future__ import annotations
 
@@ -15,8 +17,12 @@ import polars as pl
 from .. import __version__
 from .. import progress as show
 from ..clock import Clock, iso
+from ..contract.source import read_batch_file
+from ..errors import StaleParentError
+from ..ingest import applied_batches
 from ..lake import Lake
 from ..stats import p95
+from .candidate import hold, receive, ship, stage_run
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
 from .lakeopen import open_run_lake
@@ -83,15 +89,18 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    reports: list[dict[str, Any]] = []
+    batches = []
     for source in cfg.sources:
-        tick(f"ingest {source.name}")
-        with show.step(f"ingest {source.name} ({show.human_bytes(source.stat().st_size)})"):
-            reports.append(lk.ingest(source, publish=False).to_json())
-    candidate = lk.latest_version("orders")
-    assert candidate is not None
-    ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate_version=candidate, reports=reports,
-                     parent_version=parent)
+        tick(f"receive {source.name}")
+        with show.step(f"receive {source.name} ({show.human_bytes(source.stat().st_size)})"):
+            batches.append(receive(lk, read_batch_file(source)))
+    with show.step("stage the candidate"):
+        staged = stage_run(lk, batches, run_id=run_id)
+    reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
+    parent = staged.parent
+    ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
+                     recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
+                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=reports)
     results = []
     for name in cfg.checks:
         tick(f"check {name}")
@@ -100,15 +109,31 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
                 results.append(r)
                 progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
     failed = [r.name for r in results if not r.passed]
-    decision = "hold" if failed else "ship"
-    tick(f"decision: {decision}")
     publication = None
     telemetry = []
+    shipped_version: int | None = None
+    stale: dict[str, Any] | None = None
+    discarded: dict[str, Any] | None = None
+    if not failed:
+        try:
+            shipped = ship(staged)
+            shipped_version = shipped.version
+        except StaleParentError as exc:  # the commit refused: nothing of the candidate became visible
+            stale = {"expected": exc.expected, "found": exc.found}
+            failed.append("stale_parent")
+    decision = "hold" if failed else "ship"
+    tick(f"decision: {decision}")
     if decision == "ship":
+        assert shipped_version is not None
         with show.step("publish"):
-            publication = lk.publish_version("orders", candidate, digest=f"release-{run_id}",
+            publication = lk.publish_version("orders", shipped_version, digest=f"release-{run_id}",
                                              label=f"release-{run_id}")
             telemetry = _publish_manifests(lk, cfg)
+        reports = [r.to_json() for r in staged.reports]
+    else:
+        discarded = hold(staged)
+        discarded["telemetry_files"] = _discard_uploads(lk, ctx.evidence.get("uploaded", []))
+    candidate = shipped_version if shipped_version is not None else parent
     with show.step("planning times"):
         planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
@@ -129,13 +154,16 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         "failed_checks": failed,
         "reasons": [f"{r.name}: {r.detail}" for r in results if not r.passed],
         "checks": {r.name: r.to_json() for r in results},
-        "snapshot": {"table": "orders", "version": candidate,
+        "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
+                     "candidate": staged.staged.evidence.candidate,
                      "generation": publication.generation if publication else None,
                      "published_version": _version(published_now),
                      "published_generation": None if published_now is None else published_now.generation,
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
         "telemetry": telemetry,
+        "discarded": discarded,
+        "stale_parent": stale,
         "schema_versions": sorted({v for r in reports for v in r["schema_versions"]}),
         "files": ctx.evidence.get("files", []),
         "counts": {"batches": [{k: r[k] for k in ("batch_id", "extracted", "accepted", "quarantined", "reasons",
@@ -166,9 +194,9 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     tick(f"packet written: {packet_path}")
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
             "index": str(index_path), "lake": cfg.lake_uri, "run_id": run_id,
-            "snapshot": {"table": "orders", "version": candidate,
+            "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
                          "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results},
+            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded,
             "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
                          "threshold": r.evidence.get("threshold"), "seconds": round(r.seconds, 3)}
                         for r in results], "lake_created": lk.created}
@@ -186,6 +214,20 @@ def _thresholds_json(cfg: Any) -> dict[str, Any]:
 
 def _version(pub: Any) -> int | None:
     return None if pub is None else int(pub.version)
+
+
+def _discard_uploads(lake: Lake, uploaded: list[str]) -> list[str]:
+    """On HOLD: delete the telemetry objects this run uploaded that no version of their table references
+    (the producer's drop still has them); returns `table:path` of each deleted one."""
+    from ..external.manifest import registered_files
+
+    out = []
+    for item in uploaded:
+        table, _, path = item.partition(":")
+        if path not in registered_files(lake, table):
+            lake.table_storage(table).delete(path)
+            out.append(item)
+    return out
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:
