@@ -200,7 +200,7 @@ def ensure(scale: Scale, kinds: tuple[str, ...] = ("ours", "delta", "iceberg"), 
     root.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"root": root, "touched_days": touched_days(scale), "per_day": per_day(scale),
                             "tables": {}}
-    data_fields = ("rows", "memory_rows", "days", "touched_days", "batch", "seed")
+    data_fields = ("rows", "days", "touched_days", "batch", "seed")  # a table is stamped by its own days
     params = {"scale": {k: v for k, v in scale.to_json().items() if k in data_fields}, "format": 3}
     batch_dir = root / "batch"
     if not _stamp(batch_dir, params):

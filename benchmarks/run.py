@@ -17,7 +17,7 @@ from typing import Any
 from . import report
 from ._common import BENCH, SCALES, Scale, data_dir, link_copy, machine, median, run_child, versions
 
-SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "engines")
+SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory", "engines")
 
 
 def log(msg: str) -> None:
@@ -312,6 +312,69 @@ def bench_catalog(scale: Scale, skip: set[str]) -> dict[str, Any]:
     return {"result": r, "rows": rows, "notes": notes}
 
 
+# -- 7. ingest time against the table's history (issue 14.6a; benchmarks/bench_versions.py) ----------------
+
+def bench_versions(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    from ._common import layout_fingerprint
+
+    cps = list(scale.version_checkpoints)
+    root = data_dir(scale) / "versions"
+    lake = root / "lake"
+    params = {"checkpoints": cps, "days": scale.version_days, "rows": scale.version_rows_per_day,
+              "layout": layout_fingerprint(), "format": 1}
+    stamp = root / ".built.json"
+    build: dict[str, Any] = {}
+    if not stamp.exists() or json.loads(stamp.read_text()).get("params") != params:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        log(f"  building the history: {cps[-1]:,} versions through the writer (once; cached in {root})")
+        res = run_child("benchmarks.bench_versions", "build", str(lake), ",".join(map(str, cps)),
+                        str(scale.version_days), str(scale.version_rows_per_day), timeout=4 * 3600)
+        if not res.ok:
+            return {"error": f"building the history: {res.error}"}
+        build = res.data
+        stamp.write_text(json.dumps({"params": params, "build": build}))
+    else:
+        build = json.loads(stamp.read_text())["build"]
+    runs: dict[str, Any] = {}
+    rows: list[tuple[str, str, str, str, str]] = []
+    for v in cps:
+        work = data_dir(scale) / "work" / "versions"
+        link_copy(root / f"lake@{v}", work)
+        res = run_child("benchmarks.bench_versions", "time", str(work), str(scale.version_events),
+                        str(scale.version_touched), str(scale.version_ingests), str(scale.version_days),
+                        str(scale.version_rows_per_day), timeout=3600)
+        runs[str(v)] = {"ok": res.ok, "error": res.error, **res.data}
+        log(f"  versions v{v:>6,}: " + (f"median {res.data['median_s']:.3f}s first {res.data['first_s']:.3f}s"
+                                       if res.ok else f"FAILED {res.error}"))
+    first = runs[str(cps[0])]
+    for v in cps:
+        r = runs[str(v)]
+        label = (f"Lake.ingest of {scale.version_events:,} events ({scale.version_touched} days) at version {v:,}, "
+                 f"median of {scale.version_ingests}")
+        if not r["ok"]:
+            rows.append(("versions", label, "failed: " + str(r["error"])[:80], "", ""))
+            continue
+        fig = (f"{r['median_s'] * 1000:,.0f} ms (runs {', '.join(f'{x:.2f}' for x in r['runs'])}); first ingest "
+               f"after open {r['first_s'] * 1000:,.0f} ms, open {r['open_s'] * 1000:,.0f} ms")
+        ratio = target = ""
+        if v != cps[0] and first["ok"]:
+            x = r["median_s"] / first["median_s"]
+            ratio = f"v{v:,}/v{cps[0]:,} = {x:.2f}x (first ingest {r['first_s'] / first['first_s']:.2f}x)"
+            if v == cps[-1]:
+                target = "<= 1.2x" + (" (met)" if x <= 1.2 else " (NOT met)")
+        rows.append(("versions", label, fig, ratio, target))
+    notes = [f"History: {cps[-1]:,} versions written through the writer path (stage, gate, strict commit, publish; "
+             f"one day of {scale.version_days} replaced per version, {scale.version_rows_per_day} orders a day, a "
+             f"batch id and a raw batch per version), built in {build.get('build_seconds')} s and cached; writer "
+             f"commit seconds along the way: {build.get('commit_s')}. Each checkpoint is timed on a fresh copy in a "
+             "fresh process: open the lake, then the timed ingests one after the other (the first pays cold "
+             "handles and any index catch-up)."]
+    return {"build": build, "runs": runs, "rows": rows, "notes": notes}
+
+
 # -- engines (benchmarks/bench_engines.py, owned by the interop engineer) -------------------------------------
 
 def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
@@ -332,7 +395,7 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
 
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
     "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
-    "planning": bench_planning, "catalog": bench_catalog, "engines": bench_engines,
+    "planning": bench_planning, "catalog": bench_catalog, "versions": bench_versions, "engines": bench_engines,
 }
 
 
