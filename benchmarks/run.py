@@ -36,9 +36,9 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
     work_root = data_dir(scale) / "work"
     work_root.mkdir(exist_ok=True)
     sizes = sorted(info["tables"])
-    main_rows = sizes[-1]
+    main_rows = min(sizes, key=lambda n: abs(n - scale.rows))  # the contenders' comparison; larger: ours
     out: dict[str, Any] = {"touched_days": days, "batch_events": scale.batch, "sizes": sizes,
-                           "main_rows": main_rows, "runs": {}}
+                           "main_rows": main_rows, "large": scale.large, "runs": {}}
     for rows in sizes:
         entry = info["tables"][rows]
         for contender in ba.CONTENDERS:
@@ -46,13 +46,14 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
                 continue
             if contender == "pyiceberg" and rows != main_rows and scale.name == "full":
                 continue  # minutes per run at this size: timed at the main size only
-            reps = scale.repeats if rows == main_rows and contender != "pyiceberg" else 1
+            reps = scale.repeats if ((rows == main_rows and contender != "pyiceberg")
+                                     or (rows == sizes[-1] and contender == "ours")) else 1
             runs: list[dict[str, Any]] = []
             for _ in range(reps):
                 if contender == "ours":
                     work = work_root / "ours"
                     link_copy(entry["ours"], work)
-                elif contender in ("deltalake", "polars"):
+                elif contender in ("deltalake", "deltalake_jsonl", "polars"):
                     work = work_root / contender
                     link_copy(entry["delta"], work)
                 elif contender == "floor":
@@ -375,6 +376,52 @@ def bench_versions(scale: Scale, skip: set[str]) -> dict[str, Any]:
     return {"build": build, "runs": runs, "rows": rows, "notes": notes}
 
 
+# -- 8. concurrent writer processes (issue 14.6f; benchmarks/bench_writers.py) ------------------------------
+
+def bench_writers(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    n, events = scale.writers, scale.writer_events
+    out: dict[str, Any] = {"runs": {}}
+    rows: list[tuple[str, str, str, str, str]] = []
+    for mode in ("disjoint", "overlapping"):
+        got: dict[str, Any] = {}
+        for kind in ("ours", "deltalake"):
+            if kind in skip:
+                continue
+            res = run_child("benchmarks.bench_writers", "run", kind, mode, str(data_dir(scale) / "work" / "writers"),
+                            str(n), str(events), timeout=3600)
+            r = got[kind] = {"ok": res.ok, "error": res.error, **res.data}
+            out["runs"][f"{kind}|{mode}"] = r
+            log(f"  writers {mode:<11} {kind:<9} " + (f"exit 0 {r['exit0']}/{n}, equal {r['equals_reference']}, "
+                                                     f"{r['wall_s']:.1f}s" if res.ok else f"FAILED {res.error}"))
+        for kind, r in got.items():
+            label = (f"{'ours: Lake.ingest' if kind == 'ours' else 'deltalake merge from the JSONL'} x {n} processes, "
+                     f"{mode} days, {events:,} events each")
+            if not r["ok"]:
+                rows.append(("writers", label, "failed: " + str(r["error"])[:80], "", ""))
+                continue
+            tput = r["commits_per_s"]
+            fig = (f"exit 0: {r['exit0']}/{n}; result = reference fold: {'yes' if r['equals_reference'] else 'NO'}; "
+                   f"{tput or 0:.2f} commits/s ({r['exit0']} in {r['wall_s']:.1f} s)")
+            if kind == "ours":
+                fig += f"; stale parents {r['stale_parents']}, max attempts {r['max_attempts']}"
+            if r["errors"]:
+                fig += "; failures: " + "; ".join(r["errors"])[:160]
+            ratio = target = ""
+            other = got.get("deltalake")
+            if kind == "ours":
+                met = r["exit0"] == n and r["equals_reference"]
+                target = f"all {n} exit 0, = reference" + (" (met)" if met else " (NOT met)")
+                if other and other.get("ok") and other.get("commits_per_s") and tput:
+                    ratio = f"ours/deltalake commits/s = {tput / other['commits_per_s']:.2f}x"
+            rows.append(("writers", label, fig, ratio, target))
+    notes = ["Every writer process imports first and waits for a common start time; the wall time runs from that "
+             "start to the last writer's end, throughput is successful commits over it. The reference fold is "
+             "computed from the base rows and all batches (highest position wins, deletes leave tombstones) and "
+             "compared with the table's current rows. A failed writer's batch is still in the reference, so a "
+             "lost batch also shows as a result that differs."]
+    return {**out, "rows": rows, "notes": notes}
+
+
 # -- engines (benchmarks/bench_engines.py, owned by the interop engineer) -------------------------------------
 
 def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
@@ -395,7 +442,8 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
 
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
     "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
-    "planning": bench_planning, "catalog": bench_catalog, "versions": bench_versions, "engines": bench_engines,
+    "planning": bench_planning, "catalog": bench_catalog, "versions": bench_versions,
+    "writers": bench_writers, "engines": bench_engines,
 }
 
 
