@@ -215,7 +215,8 @@ def run_floor(work: Path, source: Path, batch: Path, days: list[int]) -> dict[st
 
 
 RUNNERS: dict[str, Callable[[Path, Path, Path, list[int]], dict[str, Any]]] = {
-    "ours": run_ours, "deltalake_jsonl": run_deltalake_jsonl, "deltalake": run_deltalake, "polars": run_polars, "pyiceberg": run_pyiceberg,
+    "ours": run_ours, "deltalake_jsonl": run_deltalake_jsonl, "deltalake": run_deltalake,
+    "polars": run_polars, "pyiceberg": run_pyiceberg,
     "floor": run_floor,
 }
 

@@ -6,7 +6,7 @@ tombstone). The alternative: the same N processes each running deltalake merge f
 on a plain Delta table holding the same base rows.
 
     python -m benchmarks.bench_writers run KIND(ours|deltalake) MODE(disjoint|overlapping) WORK N EVENTS
-    python -m benchmarks.bench_writers worker KIND LAKE BATCH START_AT      # one writer (internal)
+    python -m benchmarks.bench_writers worker KIND LAKE BATCH GATE_DIR      # one writer (internal)
 """
 
 from __future__ import annotations
@@ -86,14 +86,17 @@ def current(df: Any) -> Any:
 
 # -- one writer process -----------------------------------------------------------------------------
 
-def worker(kind: str, lake: Path, batch_path: Path, start_at: float) -> int:
+def worker(kind: str, lake: Path, batch_path: Path, gate: Path) -> int:
+    """Import, say ready, wait for the common start, write."""
     from .bench_apply import warm_imports
 
     warm_imports()
     if kind == "ours":
         import delta_release  # noqa: F401
         from delta_release.lake import Lake
-    time.sleep(max(0.0, start_at - time.time()))
+    (gate / f"ready-{os.getpid()}").touch()
+    while not (gate / "go").exists():
+        time.sleep(0.005)
     t0 = time.time()
     try:
         if kind == "ours":
@@ -103,11 +106,11 @@ def worker(kind: str, lake: Path, batch_path: Path, start_at: float) -> int:
         else:
             from deltalake import DeltaTable
 
-            from .bench_apply import clauses, jsonl_to_source
+            from .bench_apply import clauses, jsonl_to_source, merge_on
 
             src = jsonl_to_source(batch_path)
             days = sorted(set(src.column("event_day").to_pylist()))
-            on = f"t.order_id = s.order_id AND t.event_day = s.event_day AND t.event_day IN ({', '.join(map(str, days))})"
+            on = merge_on(days)
             metrics = clauses(DeltaTable(str(lake)).merge(src, on, source_alias="s", target_alias="t")).execute()
             out = {"rows_updated": metrics.get("num_target_rows_updated")}
     except Exception as exc:  # noqa: BLE001 - the exit code and one line are the result
@@ -154,10 +157,16 @@ def run(kind: str, mode: str, work: Path, n: int, events: int) -> dict[str, Any]
         p = work / f"batch-{w}.jsonl"
         p.write_bytes(data)
         paths.append(p)
-    start_at = time.time() + 8.0 + 0.5 * n  # every process imported and waiting before the start
+    gate = work / "gate"
+    gate.mkdir()
     procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.bench_writers", "worker", kind, str(lake_path),
-                               str(p), f"{start_at:.3f}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               str(p), str(gate)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=os.environ.copy()) for p in paths]
+    deadline = time.time() + 900
+    while len(list(gate.glob("ready-*"))) < n and time.time() < deadline and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    start_at = time.time()  # every process has imported and waits
+    (gate / "go").touch()
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=3600)
@@ -174,7 +183,8 @@ def run(kind: str, mode: str, work: Path, n: int, events: int) -> dict[str, Any]
         table = pl.scan_delta(str(lake_path)).collect()
     equal = current(table).equals(reference(days, batches))
     return {"kind": kind, "mode": mode, "writers": n, "events": events, "exit_codes": [r["exit"] for r in results],
-            "exit0": sum(r["exit"] == 0 for r in results), "errors": sorted({r["error"] for r in results if r["error"]}),
+            "exit0": sum(r["exit"] == 0 for r in results),
+            "errors": sorted({r["error"] for r in results if r["error"]}),
             "wall_s": wall, "latest_start_s": late_start, "commits_per_s": len(ok) / wall if wall > 0 else None,
             "equals_reference": equal,
             "max_attempts": max((r["result"].get("attempts") or 0 for r in ok), default=None),
@@ -183,7 +193,7 @@ def run(kind: str, mode: str, work: Path, n: int, events: int) -> dict[str, Any]
 
 def main(argv: list[str]) -> None:
     if argv[0] == "worker":
-        raise SystemExit(worker(argv[1], Path(argv[2]), Path(argv[3]), float(argv[4])))
+        raise SystemExit(worker(argv[1], Path(argv[2]), Path(argv[3]), Path(argv[4])))
     kind, mode, work, n, events = argv[1], argv[2], Path(argv[3]), int(argv[4]), int(argv[5])
     emit(run(kind, mode, work, n, events))
 

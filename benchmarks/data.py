@@ -141,9 +141,10 @@ def build_ours(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
     from delta_release.clock import FixedClock
     from delta_release.commit import Change, Plan, replace_partitions, write
     from delta_release.context import TableContext
-    from delta_release.lake import Lake
 
-    lake = Lake.open(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
+    from ._common import create_lake
+
+    lake = create_lake(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
     parts = {key[0]: df for key, df in frame.partition_by("event_day", as_dict=True, maintain_order=True).items()}
 
     class BaseRows(Plan):

@@ -196,12 +196,15 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
     lines = [
         "# Benchmark results",
         "",
-        f"Produced by `{results['command']}` (scale `{sc['name']}`) on {results['started']}, "
+        f"Produced by `{results['command']}` (scale `{sc['name']}`{' with the large cases' if sc.get('large') else ''})"
+        f" on {results['started']}, "
         f"in {results['total_seconds']:.0f} s. Each contender runs in its own process on the same data; "
         "figures are medians of the runs listed. Targets are reported, never asserted.",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
-        f"load average at start {m['load_average']} (the machine was shared with other work).",
+        f"load average at start {m['load_average']}"
+        + (f", at the end {results['load_average_end']}" if results.get("load_average_end") else "")
+        + " (1, 5, 15 minutes; the machine was shared with other work, 2 cores).",
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + ".",
         "",
