@@ -60,7 +60,7 @@ SCALES = {
     "micro": Scale(name="micro", rows=2_000, memory_rows=(2_000,), days=10, touched_days=5, batch=100,
                    decode_lines=500, gate_files=(20,), gate_main=20, hours=3, files_per_hour=1, repeats=1,
                    iceberg_timeout=60, version_checkpoints=(2, 4, 8), version_days=10, version_rows_per_day=5,
-                   version_events=50, version_touched=2, version_ingests=2, writers=3, writer_events=50,
+                   version_events=50, version_touched=2, version_ingests=2, writers=2, writer_events=50,
                    backfill_events=2_000, file_bytes=256 << 10),
     "tiny": Scale(name="tiny", rows=20_000, memory_rows=(10_000, 20_000), days=30, touched_days=5, batch=1_000,
                   decode_lines=5_000, gate_files=(100, 300), gate_main=300, hours=48, files_per_hour=2,

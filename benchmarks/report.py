@@ -221,6 +221,13 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
 
 def details(results: dict[str, Any]) -> list[str]:
     out: list[str] = []
+    runs = {name: sec["run"] for name, sec in results["sections"].items() if sec.get("run")}
+    if runs:
+        out += ["## Which run each section comes from", "",
+                "| section | command | started | seconds | load average at its end |", "|---|---|---|---|---|"]
+        out += [f"| {name} | `{r['command']}` | {r['started']} | {results['sections'][name].get('section_seconds')} | "
+                f"{r['load_average']} |" for name, r in runs.items()]
+        out.append("")
     apply = results["sections"].get("apply", {})
     if "runs" in apply:
         out += ["## Apply details", "",

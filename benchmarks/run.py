@@ -521,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", choices=sorted(SCALES), default="full")
     ap.add_argument("--small", action="store_const", const="small", dest="scale", help="same as --scale small")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other sections of this scale's last results.json (each section says which "
+                         "run it comes from)")
     ap.add_argument("--large", action="store_true",
                     help="add the large cases: apply at 50M rows, the 20M-event backfill, the 2 GiB files, the "
                          "100k-file gate, pyiceberg's 300 s limit (`make bench LARGE=1`)")
@@ -547,7 +550,16 @@ def main(argv: list[str] | None = None) -> int:
                                "command": "python -m benchmarks.run " + " ".join(argv if argv is not None
                                                                                  else sys.argv[1:]),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "sections": {}}
+    previous = data_dir(scale) / "results.json"
+    if args.merge and previous.exists():
+        kept = json.loads(previous.read_text())
+        for name, sec in kept["sections"].items():
+            sec.setdefault("run", {"command": kept["command"], "started": kept["started"],
+                                   "load_average": kept["machine"]["load_average"]})
+            results["sections"][name] = sec
     t0 = time.perf_counter()
+    import os
+
     for name in SECTIONS:
         if name not in only or name in skip or name not in BENCHES:
             continue
@@ -559,9 +571,10 @@ def main(argv: list[str] | None = None) -> int:
             results["sections"][name] = {"error": f"{type(exc).__name__}: {exc}"}
             log(f"  {name} FAILED: {type(exc).__name__}: {exc}")
         results["sections"][name]["section_seconds"] = round(time.perf_counter() - s0, 1)
+        results["sections"][name]["run"] = {"command": results["command"], "started": time.strftime(
+            "%Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() - (time.perf_counter() - s0))),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
     results["total_seconds"] = round(time.perf_counter() - t0, 1)
-    import os
-
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     out_dir = data_dir(scale)
     out_dir.mkdir(parents=True, exist_ok=True)
