@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-long fuzz lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The long matrices `make test` leaves out: the whole copied third-party corpus and the full crash matrix.
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'conformance_full or long'
+
+# The decode and hostile-input properties with thousands of random examples each (FUZZ_EXAMPLES=3000);
+# `make test` runs the same properties derandomized. Pin what this finds with @example.
+FUZZ_EXAMPLES ?= 3000
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_decode_paths.py tests/test_stream.py tests/test_hostile.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check delta_release tests

@@ -73,6 +73,7 @@ def open_lake_copy(path: Path) -> Any:
 def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
     import delta_release.commit.writer as wr
     import delta_release.ingest as ing
+    import delta_release.lake as lake_mod
     from delta_release import _delta
     from delta_release.raw.store import RawStore
 
@@ -80,7 +81,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     lake = open_lake_copy(work)
     open_s = time.perf_counter() - t0
     ph = Phases()
-    ing.decode_batch = ph.wrap("decode", ing.decode_batch)
+    lake_mod.read_batch_file = ph.wrap("decode", lake_mod.read_batch_file)  # hash + decode, streamed
     ing.applied_batches = ph.wrap("duplicate check (history)", ing.applied_batches)
     ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
     ing.plan_apply = ph.wrap("apply: plan (incl. parent reads)", ing.plan_apply)
@@ -94,7 +95,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     wr.gate_candidate = ph.wrap("gate", wr.gate_candidate)
     _delta.commit = ph.wrap("commit", _delta.commit)
     _delta.file_entries = ph.wrap("parent file list", _delta.file_entries)
-    lake.raw.put = ph.wrap("raw store", lake.raw.put)
+    lake.raw.put_file = ph.wrap("raw store", lake.raw.put_file)
     lake.quarantine.write = ph.wrap("quarantine", lake.quarantine.write)
     wr.recover_publication = ph.wrap("recover publication", wr.recover_publication)
     lake.publisher.publish = ph.wrap("publish (catalog)", lake.publisher.publish)

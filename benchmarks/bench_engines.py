@@ -36,7 +36,7 @@ _SAIL: Any = None  # keep the server referenced: a collected SparkConnectServer 
 def build(root: Path, rows: int, days: int) -> tuple[dr.Lake, str]:
     from deltalake import write_deltalake
 
-    lake = dr.Lake.open(root / "lake")
+    lake = dr.Lake.create(root / "lake")
     uri = lake.table_uri("orders")
     schema = lake.tables["orders"].arrow_schema()
     i = pl.col("i")

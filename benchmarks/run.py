@@ -17,7 +17,9 @@ from typing import Any
 from . import report
 from ._common import BENCH, SCALES, Scale, data_dir, large, link_copy, machine, median, run_child, versions
 
-SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory", "engines")
+SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory", "stream",
+            "engines")
+DEFAULT_OFF = {"stream"}  # run with --only stream
 
 
 def log(msg: str) -> None:
@@ -30,6 +32,11 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
     from . import bench_apply as ba
     from . import data
 
+    try:
+        import pyiceberg  # noqa: F401  (the `bench` extra; not in every environment)
+    except ImportError:
+        skip = skip | {"pyiceberg"}
+        log("  pyiceberg is not installed (pip install -e '.[bench]'): its contender is skipped")
     kinds = ("ours", "delta") + (() if "pyiceberg" in skip else ("iceberg",))
     info = data.ensure(scale, kinds, log=log)
     days = info["touched_days"]
@@ -133,6 +140,23 @@ def bench_decode(scale: Scale, skip: set[str]) -> dict[str, Any]:
              "duplicate keys and 7350.0-style amounts are not distinguished, and one malformed line fails the "
              "whole read (no per-line quarantine). Ours accounts for every line with a reason code."]
     return {"results": res, "rows": rows, "chart": chart, "lines": scale.decode_lines, "notes": notes}
+
+
+# -- 2b. memory on hostile sizes (issue 17.4) ------------------------------------------------------------
+
+MEMORY_SIZES = {"micro": "1M", "tiny": "8M", "small": "32M", "full": "256M"}
+MEMORY_SIZE: dict[str, str] = {}  # --memory-size
+
+
+def bench_stream(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    """The decode engineer's memory benchmark (benchmarks/bench_memory.py): read_batch_file and Lake.ingest on
+    a one-line and a normal-lines file of --memory-size. The `memory` section covers the same files against
+    polars; this one adds the streamed decode step alone."""
+    from . import bench_memory as bm
+
+    size = bm.parse_size(MEMORY_SIZE.get("size") or MEMORY_SIZES.get(scale.name, "64M"))
+    res = bm.measure(size, log=log)
+    return {"result": res, "rows": bm.rows(res)}
 
 
 # -- 3. audit pruning ---------------------------------------------------------------------------------------
@@ -512,7 +536,7 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
     "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
     "planning": bench_planning, "catalog": bench_catalog, "versions": bench_versions,
-    "writers": bench_writers, "memory": bench_memory, "engines": bench_engines,
+    "writers": bench_writers, "memory": bench_memory, "stream": bench_stream, "engines": bench_engines,
 }
 
 
@@ -534,7 +558,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=None,
                     help="where to write the markdown (default benchmarks/RESULTS.md at full scale, "
                          "benchmarks/data/<scale>/RESULTS.md otherwise)")
+    ap.add_argument("--memory-size", default="", help="file size for the memory section (e.g. 2G; default by scale)")
     args = ap.parse_args(argv)
+    if args.memory_size:
+        MEMORY_SIZE["size"] = args.memory_size
     scale = SCALES[args.scale]
     if args.large:
         scale = large(scale)
@@ -544,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report.console(results))
         report.write_markdown(results, md_path)
         return 0
-    only = {s for s in args.only.split(",") if s} or set(SECTIONS)
+    only = {s for s in args.only.split(",") if s} or set(SECTIONS) - DEFAULT_OFF
     skip = {s for s in args.skip.split(",") if s}
     results: dict[str, Any] = {"scale": scale.to_json(), "machine": machine(), "versions": versions(),
                                "command": "python -m benchmarks.run " + " ".join(argv if argv is not None

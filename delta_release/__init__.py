@@ -11,10 +11,12 @@ from .errors import (
     GateError,
     GenerationConflictError,
     InputError,
+    LakeNotFoundError,
     NotFoundError,
     ReconciliationError,
     SafetyError,
     StaleParentError,
+    VacuumedVersionError,
 )
 from .history import HistoryEntry  # noqa: E402
 from .ingest import IngestReport  # noqa: E402
@@ -27,6 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
     "GenerationConflictError", "InputError", "Lake", "NotFoundError", "ReconciliationError", "SafetyError",
-    "StaleParentError", "__version__", "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",
+    "StaleParentError", "__version__", "LakeNotFoundError", "VacuumedVersionError",
+    "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",
     "RollbackReport", "VacuumReport",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Schema
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -153,6 +153,10 @@ def history(uri: str, options: dict[str, str], limit: int | None = None) -> list
     return out
 
 
+def partition_columns_at(uri: str, options: dict[str, str], version: int) -> list[str]:
+    return list(_open(uri, options, version).metadata().partition_columns)
+
+
 def arrow_schema(uri: str, options: dict[str, str], version: int | None = None) -> pa.Schema:
     return pa.schema(_open(uri, options, version).schema().to_arrow())
 
@@ -172,8 +176,20 @@ def add_actions_table(uri: str, options: dict[str, str], version: int) -> pa.Tab
     return pa.table(_open(uri, options, version).get_add_actions(flatten=True))
 
 
+def is_delta_error(exc: BaseException) -> bool:
+    """Whether `exc` is one of deltalake's own errors (its log replay or reader refused something)."""
+    return isinstance(exc, DeltaError)
+
+
+def query_all(uri: str, options: dict[str, str], version: int) -> pa.Table:
+    """Every row of `version`, read by deltalake's own scan (column mapping and deletion vectors applied)."""
+    handle = _open(uri, options, version)
+    return pa.table(QueryBuilder().register("t", handle).execute("SELECT * FROM t").read_all())
+
+
 __all__ = [
     "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
     "create_table", "file_entries", "file_uris", "history", "latest_version", "open_snapshot",
-    "scan", "scan_snapshot", "snapshot_entries", "table_configuration",
+    "is_delta_error", "partition_columns_at", "query_all", "scan", "scan_snapshot", "snapshot_entries",
+    "table_configuration",
 ]

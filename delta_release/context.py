@@ -115,7 +115,7 @@ class LakeContext:
         return location if "://" in location or location.startswith("/") else self.storage.uri(location)
 
     def table_def(self, name: str) -> TableDef:
-        """The definition of a table we write (tables/*.yaml); NotFoundError / InputError otherwise."""
+        """The definition of a table we write (table_defs/*.yaml); NotFoundError / InputError otherwise."""
         if name not in self.tables:
             entry = self.catalog.table(name)
             if entry is None:

@@ -90,6 +90,21 @@ class NotFoundError(InputError):
     """A table, version, batch or file named by the user does not exist."""
 
 
+class LakeNotFoundError(NotFoundError):
+    """The URI holds no lake (see delta_release/lakeroot.py) and the caller may not create one."""
+
+    def __init__(self, uri: str, *, argument: str | None = None) -> None:
+        how = ("ingest, publish and register create one" if argument else
+               "Lake.create(uri) or Lake.open(uri, create=True) creates one")
+        where = f"{argument} {uri}:" if argument else uri
+        super().__init__(f"{where} holds no lake (readers never create a lake; {how})", uri=uri)
+        self.uri = uri
+
+
+class VacuumedVersionError(SafetyError):
+    """A pinned version whose data files a vacuum removed: it can no longer be read or restored."""
+
+
 class GenerationConflictError(SafetyError):
     """A publisher's expected catalog generation is no longer current (compare-and-swap failed)."""
 

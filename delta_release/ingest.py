@@ -13,12 +13,12 @@ from .apply import ApplyPlan, plan_apply
 from .apply.fold import read_rows_from
 from .commit.writer import Change, Plan, StagedCandidate, commit, replace_partitions, stage, write
 from .context import LakeContext, TableContext
-from .contract import DecodedBatch, Reason, Reject, decode_batch
+from .contract import DecodedBatch, Reason, Reject
 from .contract.decode import count_reasons
+from .contract.source import BytesBatch, FileBatch, as_batch
 from .errors import ReconciliationError
 from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
 from .faults import crash_point
-from .raw import batch_id_of
 from .tables import DEFAULT_TABLE
 
 
@@ -105,8 +105,8 @@ class IngestPlan(Plan):
     """One batch: on every attempt, skip it if already applied, filter erased subjects (after the parent
     is read, so an erasure that made the parent stale is seen), apply, then write the quarantine."""
 
-    def __init__(self, lake: LakeContext, data: bytes, decoded: DecodedBatch, *, batch_id: str, replay: bool,
-                 report: IngestReport) -> None:
+    def __init__(self, lake: LakeContext, data: FileBatch | BytesBatch, decoded: DecodedBatch, *, batch_id: str,
+                 replay: bool, report: IngestReport) -> None:
         self.lake, self.data, self.decoded, self.batch_id = lake, data, decoded, batch_id
         self.replay, self.report = replay, report
         self.apply = ApplyEvents(decoded.events, batch_ids=[batch_id], operation="replay" if replay else "ingest")
@@ -126,7 +126,7 @@ class IngestPlan(Plan):
         decoded, report = self.decoded, self.report
         conflicts = self.apply.applied.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
-                                   raw=_line_text(self.data, c.line), order_id=c.order_id) for c in conflicts]
+                                   raw=self.data.line_text(c.line), order_id=c.order_id) for c in conflicts]
         rejects = sorted([*_forget_erased(self.lake, decoded.rejects), *self.blocked, *conflict_rejects],
                          key=lambda r: r.line)
         accepted = self.apply.events.height - len(conflicts)
@@ -150,19 +150,18 @@ def commit_candidate(lake: LakeContext, staged: StagedCandidate) -> int:
     return commit(lake.table(staged.table), staged)
 
 
-def ingest_batch(lake: LakeContext, data: bytes, *, replay: bool = False, table: str = DEFAULT_TABLE,
-                 publish: bool = True) -> IngestReport:
+def ingest_batch(lake: LakeContext, data: bytes | FileBatch | BytesBatch, *, replay: bool = False,
+                 table: str = DEFAULT_TABLE, publish: bool = True) -> IngestReport:
     """Ingest one batch. With publish=False (a release run) the commit lands but the catalog is left to
     the run's ship decision, and crash recovery will not publish it either."""
-    decoded = decode_batch(data)
-    batch_id = batch_id_of(data)
-    lake.raw.put(data, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
-                 received=lake.clock.now())
+    batch = as_batch(data)  # a file batch was decoded while streaming (contract/source.py)
+    decoded, batch_id = batch.decoded, batch.batch_id
+    batch.store(lake.raw, received=lake.clock.now())
     crash_point("ingest.after_raw")
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
-    plan = IngestPlan(lake, data, decoded, batch_id=batch_id, replay=replay, report=report)
+    plan = IngestPlan(lake, batch, decoded, batch_id=batch_id, replay=replay, report=report)
     result = write(lake.table(table), plan, publish_now=publish)
     report.attempts = result.attempts
     report.stale_parents = [s.to_json() for s in result.stale_parents]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -16,15 +17,18 @@ from . import _delta
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
+from .contract.source import FileBatch, read_batch_file
 from .erasure import ErasureLedger, load_key
 from .erasure.erase import ErasureReport, erase_subject
 from .erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, PendingItem, pending_all
+from .erasure.vacuumlog import missing_files_error
 from .errors import InputError
 from .gateway.catalog import Catalog, Publication
 from .gateway.lake_catalog import catalog_for
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
+from .lakeroot import open_root
 from .maintenance.rollback import RollbackReport, rollback
 from .maintenance.vacuum import (
     ORPHAN_GRACE_HOURS,
@@ -45,7 +49,8 @@ CATALOG_ENV = "DELTA_RELEASE_CATALOG"
 class Lake(LakeContext):
     """A lake root: tables, raw batches, the quarantine, the erasure ledger and the catalog.
 
-    Open it with `Lake.open(uri)`. Every verb returns a typed report (`.to_json()` gives the CLI's JSON);
+    Open it with `Lake.open(uri)`; create it with `Lake.create(uri)` (readers never create a lake).
+    Every verb returns a typed report (`.to_json()` gives the CLI's JSON);
     errors are the exceptions exported by `delta_release` (InputError, NotFoundError, SafetyError and
     its subclasses StaleParentError, GateError, ErasureExposureError, FreshnessError, ...).
     """
@@ -56,6 +61,7 @@ class Lake(LakeContext):
         self.catalog = catalog
         self.clock = clock
         self.tables = tables
+        self.created = False  # True when Lake.open(create=True) made this lake
         self.raw = RawStore(storage)
         self.quarantine = QuarantineLedger(storage)
         self.erasures = ErasureLedger(storage, load_key(storage, create=True))
@@ -65,13 +71,13 @@ class Lake(LakeContext):
     @classmethod
     def open(cls, uri: str | os.PathLike[str] = "lake", *, storage_options: dict[str, str] | None = None,
              clock: Clock | None = None, tables_dir: Path | None = None, catalog: Catalog | None = None,
-             freshness: str = "refresh") -> Lake:
-        """Open the lake at `uri` (a directory or `s3://bucket/prefix`), creating its layout (and the
-        default table, version 0) if new. `freshness`: "refresh" (stale readers refresh) or "error"
+             freshness: str = "refresh", create: bool = False) -> Lake:
+        """Open the lake at `uri` (a directory or `s3://bucket/prefix`); `create=True` creates its layout
+        (and the default table, version 0) if new, else a URI that holds no lake raises LakeNotFoundError
+        and nothing is written (lakeroot.py). `freshness`: "refresh" (stale readers refresh) or "error"
         (stale readers get FreshnessError). An s3:// lake needs `catalog=` or DELTA_RELEASE_CATALOG."""
         storage = Storage(os.fspath(uri), storage_options)
-        if storage.is_local:
-            storage.local_path().mkdir(parents=True, exist_ok=True)
+        created = open_root(storage, create=create)
         if catalog is None:
             catalog = catalog_for(storage)  # gateway/lake_catalog.py: lake-resident for s3://, env selects
         if freshness not in ("refresh", "error"):
@@ -85,7 +91,13 @@ class Lake(LakeContext):
                             [default.partition], name=DEFAULT_TABLE)
         if lake.catalog.current(DEFAULT_TABLE) is None:
             lake.publish_version(DEFAULT_TABLE, 0, digest="empty")
+        lake.created = created
         return lake
+
+    @classmethod
+    def create(cls, uri: str | os.PathLike[str] = "lake", **kw: Any) -> Lake:
+        """Open the lake at `uri`, creating it when the URI holds none (`Lake.open(uri, create=True)`)."""
+        return cls.open(uri, create=True, **kw)
 
     def recover_publication(self, name: str) -> Publication | None:
         """Publish a commit of ours that landed but whose catalog update was interrupted; returns the
@@ -119,8 +131,14 @@ class Lake(LakeContext):
         return self.gateway.scan(table, version, include_tombstones=include_tombstones)
 
     def read(self, table: str = DEFAULT_TABLE, version: int | None = None) -> pl.DataFrame:
-        """`scan(table, version).collect()`."""
-        return self.scan(table, version).collect()
+        """`scan(table, version).collect()`; VacuumedVersionError when the version's files are gone."""
+        try:
+            return self.scan(table, version).collect()
+        except OSError as exc:  # files gone from storage: VacuumedVersionError (erasure/vacuumlog.py)
+            err = missing_files_error(self, table, version, exc)
+            if err is exc:
+                raise
+            raise err from exc
 
     def history(self, table: str = DEFAULT_TABLE) -> list[HistoryEntry]:
         """Every version, oldest first: what it did, which generations published it, whether it may be read."""
@@ -153,8 +171,5 @@ class Lake(LakeContext):
         return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
 
-def _read_source(path: str | os.PathLike[str]) -> bytes:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"batch file not found: {p}", path=str(p))
-    return p.read_bytes()
+def _read_source(path: str | os.PathLike[str]) -> FileBatch:
+    return read_batch_file(path)  # streamed: hashed and decoded in bounded chunks (contract/source.py)

@@ -1,4 +1,4 @@
-"""Table definitions (tables/*.yaml): name, kind, key, ordering column, tombstone column, partition, columns."""
+"""Table definitions (table_defs/*.yaml): name, kind, key, ordering column, tombstone column, partition, columns."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import yaml
 
 from .errors import ConfigError
 
-DEFAULT_TABLES_DIR = Path(__file__).resolve().parents[1] / "tables"
-# The table a verb acts on when none is named (tables/orders.yaml).
+DEFAULT_TABLES_DIR = Path(__file__).resolve().parent / "table_defs"  # package data: ships in the wheel
+# The table a verb acts on when none is named (table_defs/orders.yaml).
 DEFAULT_TABLE = "orders"
 
 _ARROW_TYPES: dict[str, pa.DataType] = {

@@ -2,7 +2,7 @@
 
 - `partition_filter`: rows in some partitions (None means the null partition).
 - `current_rows`: what readers see: tombstone rows dropped, the tombstone column dropped, sorted by key.
-  Which column marks a tombstone and which is the key come from the table definition (tables/*.yaml).
+  Which column marks a tombstone and which is the key come from the table definition (table_defs/*.yaml).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def streams(draw: st.DrawFn) -> tuple[list[dict], list[list[int]], list[int]]:  
 @given(stream=streams())
 def test_any_split_order_duplicates_and_replays_give_the_reference_fold(tmp_path: Path, stream) -> None:  # type: ignore[no-untyped-def]
     events, batches, order = stream
-    lake = dr.Lake.open(tmp_path / f"lake-{abs(hash(json.dumps(stream)))}")
+    lake = dr.Lake.create(tmp_path / f"lake-{abs(hash(json.dumps(stream)))}")
     for i in order:
         batch = [events[j] for j in batches[i]]
         if i == order[0] and batch:

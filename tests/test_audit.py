@@ -25,7 +25,7 @@ def test_two_day_audit_over_sixty_days_scans_under_ten_percent(lake: dr.Lake) ->
 
 
 def test_audit_cli_json_fields(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     lake.ingest(jsonl([up("a", 1, day=47), up("b", 2, day=48), up("c", 3, day=49)]))
     res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "audit", "--days", "47:48"])
     assert res.exit_code == 0, res.output

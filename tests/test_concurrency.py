@@ -97,7 +97,7 @@ def assert_parent_chain(lake: dr.Lake) -> None:
 @pytest.mark.slow
 def test_four_writers_and_a_duplicate_race(tmp_path: Path) -> None:
     lake_dir = tmp_path / "lake"
-    dr.Lake.open(lake_dir)
+    dr.Lake.create(lake_dir)
     batches = make_batches(4, seed=8)
     files = []
     for i, b in enumerate(batches):
@@ -128,7 +128,7 @@ def test_writers_race_with_an_eraser(tmp_path: Path) -> None:
     if not hasattr(dr.Lake, "erase"):
         pytest.skip("Lake.erase is not in this tree yet (issue 4)")
     lake_dir = tmp_path / "lake"
-    lake = dr.Lake.open(lake_dir)
+    lake = dr.Lake.create(lake_dir)
     victim = "victim"
     # every batch also touches the victim, so the eraser races writers that would re-create it
     batches = [b + jsonl([up(victim, 10_000 + i, amount=i, day=i)]) for i, b in enumerate(make_batches(4, seed=11))]

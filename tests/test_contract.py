@@ -113,16 +113,16 @@ def test_raw_batch_is_never_replaced(lake: dr.Lake) -> None:
 
 
 def test_reconciliation_mismatch_stops_the_batch(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
-    import delta_release.ingest as ingest_mod
+    import delta_release.contract.source as source_mod
 
-    real = ingest_mod.decode_batch
+    real = source_mod.decode_stream  # a batch file is decoded while it streams (contract/source.py)
 
-    def lossy(data: bytes):  # type: ignore[no-untyped-def]
-        decoded = real(data)
+    def lossy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        decoded = real(*args, **kwargs)
         decoded.rejects = decoded.rejects[1:]  # a record goes missing
         return decoded
 
-    monkeypatch.setattr(ingest_mod, "decode_batch", lossy)
+    monkeypatch.setattr(source_mod, "decode_stream", lossy)
     before = lake.latest_version("orders")
     with pytest.raises(dr.ReconciliationError) as err:
         lake.ingest(ORDERS / "bad.jsonl")

@@ -1,4 +1,4 @@
-"""Crash drill: SIGKILL a separate interpreter at every ingest/publish step (delta_release.faults)."""
+"""Crash drill: SIGKILL a separate interpreter at every step of every writer (delta_release.faults)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,18 @@ from conftest import jsonl, up
 
 import delta_release as dr
 from delta_release import faults
-from delta_release.drills.crash import POINTS, find_orphans, remove_orphans
+from delta_release.drills.crash import (
+    ERASED,
+    SQLITE_HOOK,
+    WRITERS,
+    declared_points,
+    erased_id_holders,
+    find_orphans,
+    is_declared,
+    remove_orphans,
+    run_crash_drill,
+)
+from delta_release.drills.scan import files_holding
 
 
 def test_crash_point_is_a_no_op_when_not_armed() -> None:
@@ -49,30 +60,118 @@ def test_staged_file_is_invisible_and_found_as_orphan(lake: dr.Lake) -> None:
     (data / "part-killed-run-0000.parquet").write_bytes(stray)  # a staged file a killed run left behind
     assert lake.read().to_dicts() == before
     assert find_orphans(lake) == ["event_day=3/part-killed-run-0000.parquet"]
-    _, removed = remove_orphans(lake)
+    how, removed = remove_orphans(lake)
     assert removed == ["event_day=3/part-killed-run-0000.parquet"] and find_orphans(lake) == []
-    assert lake.read().to_dicts() == before
+    assert how == "Lake.vacuum" and lake.read().to_dicts() == before
 
 
-def test_drill_covers_every_step() -> None:
-    names = {p.name for p in POINTS}
-    assert len(names) >= 7
-    assert {"ingest.after_raw", "stage.after_first_file", "ingest.after_staging", "ingest.after_gate",
-            "commit.during", "ingest.after_commit", "publish.before_swap", "catalog.in_transaction"} <= names
+def test_every_declared_point_is_in_the_matrix() -> None:
+    """A crash point added to the code without a row in the drill's table fails here."""
+    declared = declared_points()
+    covered = {p.name for w in WRITERS for p in w.points}
+    assert {"stage.after_first_file", "ingest.after_staging", "ingest.after_gate", "commit.during",
+            "ingest.after_commit", "publish.before_swap", "ingest.after_publish", SQLITE_HOOK} <= declared
+    assert [d for d in declared if not any(is_declared(c, {d}) for c in covered)] == []
 
 
-@pytest.mark.slow
-def test_drill_crash_cli(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "scratch"), "drill",
-                           "crash", "--json"], capture_output=True, text=True, timeout=600, check=False)
-    result = json.loads(proc.stdout)
-    failed = {p["step"]: [k for k, ok in p["checks"].items() if not ok] for p in result.get("points", [])
-              if not p["passed"]}
-    assert proc.returncode == 0 and result["passed"], (failed, result.get("error"))
-    assert len(result["points"]) >= 7
-    assert all(p["observed"]["returncode"] == -signal.SIGKILL for p in result["points"])
-    states = {p["point"]: p["observed"]["state"] for p in result["points"]}
-    assert states["ingest.after_gate"] == "before" and states["ingest.after_commit"] == "before"
-    assert states["ingest.after_publish"] == "completed"
-    staged = next(p for p in result["points"] if p["point"] == "stage.after_first_file")
+def test_declared_points_reads_the_code(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('crash_point("a.b")\nwith crash_window("c"):\n    pass\n'
+                                   'crash_point("storage.after_temp:" + top)\n')
+    found = declared_points(tmp_path)
+    assert {"a.b", "c", "storage.after_temp:*"} <= found and "storage.after_temp:" not in found
+    assert is_declared("storage.after_temp:_raw", found) and not is_declared("x.y", found)
+
+
+def test_matrix_covers_every_writer_and_the_generic_points() -> None:
+    names = {w.name: {p.name for p in w.points} for w in WRITERS}
+    assert set(names) == {"ingest", "replay", "erase", "rollback", "vacuum", "publish", "run"}
+    generic = {"commit.during", "ingest.after_commit", "ingest.after_publish"}
+    for writer in ("ingest", "replay", "erase", "rollback", "publish", "run"):
+        assert generic <= names[writer], writer
+    for writer in ("ingest", "replay", "rollback"):
+        assert {"stage.after_first_file", "ingest.after_staging", "ingest.after_gate"} <= names[writer]
+    assert {"run.after_stage", "run.before_ship_commit", "run.after_ship_commit"} <= names["run"]
+    assert "erase.after_ledger" in names["erase"] and "vacuum.after_first_remove" in names["vacuum"]
+    assert any(n.startswith("storage.after_temp:") for n in names["ingest"])
+
+
+def test_erased_id_scan_reads_parquet_and_skips_raw(tmp_path: Path) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up(ERASED, 1, day=3), up("keep", 2, day=3)]))
+    assert "_raw/" in " ".join(files_holding(tmp_path / "lake", ERASED))
+    assert erased_id_holders(tmp_path / "lake", allow_disallowed=False) == {}  # not erased: not a needle
+    lake.erase(ERASED)
+    held = erased_id_holders(tmp_path / "lake", allow_disallowed=False)[ERASED]
+    assert held and all(p.startswith("orders/event_day=3/") for p in held)  # the pre-erasure data file
+    assert erased_id_holders(tmp_path / "lake", allow_disallowed=True) == {}  # ... of a disallowed version
+    lake.vacuum(apply=True)
+    assert erased_id_holders(tmp_path / "lake", allow_disallowed=False) == {}
+
+
+# Checks that fail on main until the branches that fix them land (issue 13): the quarantine keeps the
+# raw text of unquoted/unterminated lines naming an erased subject (item 2, wip-quarantine), and a release
+# run killed after its first deferred commit holds on rerun (item 1, wip-release). Remove an entry when
+# its fix lands: the strict xfail below turns red as soon as everything passes.
+KNOWN_OPEN = ("erased_ids_only_in_raw", "run:rerun_", "run:reads_same_after_cleanup")
+
+
+def _open(check: str) -> bool:
+    return any(k in check for k in KNOWN_OPEN)
+
+
+@pytest.fixture(scope="module")
+def subset_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    return run_crash_drill(str(tmp_path_factory.mktemp("crash") / "scratch"), subset=True)
+
+
+def test_subset_kills_every_writer_and_keeps_the_invariants(subset_result: dict[str, object]) -> None:
+    result = subset_result
+    assert set(result) >= {"drill", "lake", "passed", "checks", "matrix", "writers"}
+    assert result["drill"] == "crash"
+    matrix = result["matrix"]
+    assert isinstance(matrix, dict) and set(matrix) == {w.name for w in WRITERS}
+    assert all(matrix[w] for w in ("ingest", "replay", "erase", "rollback", "vacuum", "publish", "run"))
+    checks = result["checks"]
+    assert isinstance(checks, dict)
+    writers = result["writers"]
+    assert isinstance(writers, list)
+    details = {(w["writer"], p["label"]): [k for k, ok in p["checks"].items()
+                                           if not ok and not _open(f"{w['writer']}:{k}")]
+               for w in writers for p in w["points"]}
+    labels = {f"{w}:{lbl}" for (w, lbl) in details}
+    assert sorted(k for k, ok in checks.items() if not ok and k not in labels and not _open(k)) == []
+    assert not any(details.values()), details
+    for w in writers:
+        for p in w["points"]:
+            assert p["observed"]["returncode"] == -signal.SIGKILL, (w["writer"], p["label"])
+            assert p["checks"]["snapshot_intact"] and p["checks"]["expected_state"], (w["writer"], p["label"])
+    by = {(w["writer"], p["label"]): p for w in writers for p in w["points"]}
+    staged = by[("ingest", "stage.after_first_file")]
     assert staged["observed"]["staged_orphans"] == 1 and len(staged["cleanup"]["removed"]) == 1
+    assert by[("erase", "ingest.after_commit")]["observed"]["read_refused"]  # pending erasure: refused
+    assert by[("vacuum", "vacuum.after_first_remove")]["observed"]["state"] == "before"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 13 items 1 and 2 land with wip-quarantine / wip-release")
+def test_subset_passes_whole(subset_result: dict[str, object]) -> None:
+    assert subset_result["passed"], [k for k, ok in subset_result["checks"].items() if not ok]  # type: ignore[union-attr]
+
+
+@pytest.mark.long
+def test_drill_crash_cli_full_matrix(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "scratch"), "drill",
+                           "crash", "--json"], capture_output=True, text=True, timeout=3600, check=False)
+    result = json.loads(proc.stdout)
+    assert {"drill", "lake", "passed", "checks"} <= set(result) and result["subset"] is False
+    labels = {f"{w['writer']}:{p['label']}" for w in result["writers"] for p in w["points"]}
+    failed = sorted(k for k, ok in result["checks"].items() if not ok and k not in labels and not _open(k))
+    failed += sorted(f"{w['writer']}:{p['label']}:{k}" for w in result["writers"] for p in w["points"]
+                     for k, ok in p["checks"].items() if not ok and not _open(f"{w['writer']}:{k}"))
+    assert failed == [], failed
+    assert proc.returncode == (0 if result["passed"] else 3)
+    kills = [p for w in result["writers"] for p in w["points"]]
+    assert len(kills) == result["kills"] >= 40
+    assert all(p["observed"]["returncode"] == -signal.SIGKILL for p in kills)
+    states = {(p["writer"], p["label"]): p["observed"]["state"] for p in kills}
+    assert states[("ingest", "ingest.after_gate")] == "before" and states[("ingest", "ingest.after_commit")] == "before"
+    assert states[("ingest", "ingest.after_publish")] == "completed"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +46,8 @@ def lines(draw: st.DrawFn) -> bytes:
 
 def strict(data: bytes):  # type: ignore[no-untyped-def]
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(decode_mod, "_fast_events", lambda _lines: None)
+        m.setattr(decode_mod, "_fast_chunk", lambda data, starts, first, eligible: (
+            decode_mod.pl.DataFrame(schema=decode_mod.EVENT_SCHEMA), np.arange(len(starts) - 1)))
         return decode_batch(data)
 
 
@@ -53,7 +56,7 @@ def summary(batch):  # type: ignore[no-untyped-def]
             batch.schema_versions)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(lines(), min_size=1, max_size=40), st.booleans())
 def test_fast_and_strict_paths_agree(batch: list[bytes], valid_only: bool) -> None:
     if valid_only:  # also exercise batches the vectorised path accepts as a whole
@@ -67,6 +70,7 @@ def test_the_fast_path_is_taken_for_a_clean_batch() -> None:
     data = b"".join(json.dumps({"schema_version": 3, "order_id": f"o{i}", "position": i, "kind": "upsert",
                                 "amount_cents": i, "event_day": 47, "currency": "USD"}).encode() + b"\n"
                     for i in range(50))
-    fast = decode_mod._fast_events(decode_mod.split_lines(data))
-    assert fast is not None and fast[0].height == 50 and fast[1] == []
+    starts = decode_mod.fast.line_starts(data)
+    events, slow = decode_mod._fast_chunk(data, starts, 1, None)
+    assert events.height == 50 and len(slow) == 0
     assert summary(decode_batch(data)) == summary(strict(data))

@@ -92,9 +92,9 @@ def test_ledger_stores_a_keyed_hash_with_version_and_time(history_lake: dr.Lake,
 
 
 def test_key_from_environment_changes_the_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = dr.Lake.open(tmp_path / "a")
+    a = dr.Lake.create(tmp_path / "a")
     monkeypatch.setenv("DELTA_RELEASE_ERASURE_KEY", "k" * 64)
-    b = dr.Lake.open(tmp_path / "b")
+    b = dr.Lake.create(tmp_path / "b")
     assert b.erasures.subject_key(SUBJECT) == hmac.new(b"k" * 64, SUBJECT.encode(), hashlib.sha256).hexdigest()
     assert a.erasures.subject_key(SUBJECT) != b.erasures.subject_key(SUBJECT)
 

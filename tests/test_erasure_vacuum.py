@@ -81,7 +81,7 @@ def test_retained_versions_that_hold_an_erased_subject_are_not_needed(erased: dr
 
 def test_replay_horizon_keeps_recent_versions(tmp_path: Path) -> None:
     now = datetime.now(UTC)
-    lake = dr.Lake.open(tmp_path / "lake", clock=FixedClock(now))
+    lake = dr.Lake.create(tmp_path / "lake", clock=FixedClock(now))
     lake.ingest(jsonl([up("a", 1)]))
     lake.ingest(jsonl([up("a", 2, amount=2)]))
     lake.ingest(jsonl([up("a", 3, amount=3)]))

@@ -57,7 +57,7 @@ def test_every_scan_asks_the_catalog(lake: dr.Lake) -> None:
 
 
 def test_cache_records_when_the_refresh_completed(tmp_path: Path, clock: FixedClock) -> None:
-    lake = dr.Lake.open(tmp_path / "lake", clock=clock)
+    lake = dr.Lake.create(tmp_path / "lake", clock=clock)
     clock.advance(60)
     lake.read()
     entry = lake.gateway.cache["orders"]

@@ -27,7 +27,7 @@ def cli(lake: Path, *args: str, env: dict[str, str] | None = None) -> subprocess
 def test_erasure_key_file_is_0600_even_with_an_open_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        lake = dr.Lake.open(tmp_path / "lake")
+        lake = dr.Lake.create(tmp_path / "lake")
     finally:
         os.umask(old)
     key = lake.storage.local_path("_erasure/key")
@@ -38,7 +38,7 @@ def test_erasure_key_file_is_0600_even_with_an_open_umask(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_erased_subject_never_appears_after_erasure(tmp_path: Path) -> None:
     lake_dir = tmp_path / "lake"
-    lake = dr.Lake.open(lake_dir)
+    lake = dr.Lake.create(lake_dir)
     bad = json.dumps({"schema_version": 2, "order_id": SUBJECT, "position": 3, "kind": "upsert",
                       "amount_cents": 73.5, "event_day": 47}).encode() + b"\n"
     lake.ingest(jsonl([up(SUBJECT, 1), up("ord-other", 2)]) + bad)

@@ -103,7 +103,7 @@ def _publish_telemetry(lake: dr.Lake, generation: str, *, corrected: bool) -> in
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     clock = FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
-    lake = dr.Lake.open(tmp_path_factory.mktemp("interop") / "lake", clock=clock)
+    lake = dr.Lake.create(tmp_path_factory.mktemp("interop") / "lake", clock=clock)
     uri = lake.table_uri("orders")
     cases = [Case("orders-empty", "orders", 0, uri, fold([]))]
     notes: list[str] = []

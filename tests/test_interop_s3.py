@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.interop]
 def test_sail_reads_the_published_version_from_s3(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
     bucket = s3server.new_bucket()
     catalog = tmp_path / "catalog.sqlite"
-    lake = dr.Lake.open(f"s3://{bucket}/lake", storage_options=s3server.options, catalog=SqliteCatalog(catalog))
+    lake = dr.Lake.create(f"s3://{bucket}/lake", storage_options=s3server.options, catalog=SqliteCatalog(catalog))
     lake.ingest(jsonl([up(f"ord-{i}", i, 100 + i, day=40 + i % 3) for i in range(9)]))
     lake.ingest(jsonl([rm("ord-4", 20), up("ord-5", 21, 555, day=41)]))
 
@@ -55,7 +55,7 @@ def test_register_a_third_party_table_on_s3(s3server: S3Server, tmp_path: Path) 
     source = GOLDEN / SPARK
     for path in sorted(p for p in source.rglob("*") if p.is_file()):
         client.put_object(Bucket=bucket, Key=f"ext/spark/{path.relative_to(source).as_posix()}", Body=path.read_bytes())
-    lake = dr.Lake.open(f"s3://{bucket}/lake", storage_options=s3server.options,
+    lake = dr.Lake.create(f"s3://{bucket}/lake", storage_options=s3server.options,
                         catalog=SqliteCatalog(tmp_path / "catalog.sqlite"))
     reg = register_table(lake, "spark", f"s3://{bucket}/ext/spark")
     assert reg.inventory.ok and reg.version == 13 and reg.inventory.unreferenced == []

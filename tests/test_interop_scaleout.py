@@ -30,7 +30,7 @@ def _events(events: list[dict[str, object]]) -> pl.DataFrame:
 
 
 def test_one_strict_committer_and_readers_on_the_published_version(tmp_path: Path) -> None:
-    lake = dr.Lake.open(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
+    lake = dr.Lake.create(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
     lake.ingest(jsonl([up(f"ord-{i}", i, 100 + i, day=40 + i % 3) for i in range(12)]))
     lake.ingest(jsonl([rm("ord-4", 20), up("ord-5", 21, 555, day=41)]))
     parent = lake.latest_version("orders")

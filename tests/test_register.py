@@ -47,7 +47,7 @@ def invoke(lake: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg
 def lake(tmp_path: Path) -> dr.Lake:
     from delta_release.clock import FixedClock
 
-    return dr.Lake.open(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
+    return dr.Lake.create(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
 
 
 @pytest.mark.parametrize("name", [SPARK, PARTITIONED, DV, EDGE, MAPPING])
@@ -203,6 +203,14 @@ def test_column_mapping_reads_logical_names_or_refuses(lake: dr.Lake, tmp_path: 
     from delta_release.register import reader
 
     monkeypatch.setattr(reader, "duckdb_delta_available", lambda: False)
+    # without DuckDB, deltalake's own scan (which applies column mapping) answers, with the same rows
+    frame = lake.read("mapped")
+    assert frame.columns == ["Company Very Short", "Super Name"] and frame.height == 5
+
+    def broken(*_: object) -> pl.DataFrame:
+        raise RuntimeError("engine down")
+
+    monkeypatch.setattr(reader, "read_deltalake", broken)
     with pytest.raises(UnreadableTableError, match="column mapping"):
         lake.read("mapped")
 
@@ -264,3 +272,51 @@ def test_read_cli_reports_the_engine_that_read_a_registered_table(tmp_path: Path
     assert code == 0, out
     assert out["engine"] == "duckdb-delta"  # Polars would read 9999-12-31 as 2262-04-11, so DuckDB answers
     assert not any("2262" in json.dumps(r, default=str) for r in out["rows"])
+
+
+def test_log_paths_decode_as_the_protocol_specifies() -> None:
+    """PROTOCOL.md's own examples, Spark's escaped partitions, absolute URIs and v2 sidecars."""
+    from delta_release.register.paths import decode, sidecar_relative, table_relative
+
+    root = "/data/mytable"
+    # add/remove/cdc examples in PROTOCOL.md: relative paths, decoded once
+    assert table_relative("date=2017-12-10/part-000...c000.gz.parquet", root) == \
+        "date=2017-12-10/part-000...c000.gz.parquet"
+    assert table_relative("_change_data/cdc-00001-c.snappy.parquet", root) == "_change_data/cdc-00001-c.snappy.parquet"
+    # Spark: partition value `2013-07-05 17:01:00` -> directory `ts=2013-07-05 17%3A01%3A00` -> log path encoded again
+    assert table_relative("ts=2013-07-05%2017%253A01%253A00/part-0.parquet", root) == \
+        "ts=2013-07-05 17%3A01%3A00/part-0.parquet"
+    # delta-kernel-rs data-reader-escaped-chars: value `bar+%21`; '+' is not a space
+    assert table_relative("_2=bar+%252521/part-00000.parquet", root) == "_2=bar+%2521/part-00000.parquet"
+    assert decode("a%20b%3Ac%2Fd%2Be%25f") == "a b:c/d+e%f"
+    assert decode("%E2%82%AC") == "€"
+    # absolute URIs: inside the root -> relative; elsewhere -> None (external)
+    assert table_relative("file:/data/mytable/a%20b/p.parquet", root) == "a b/p.parquet"
+    assert table_relative("file:///data/mytable/p.parquet", root) == "p.parquet"
+    assert table_relative("/data/mytable/x/p.parquet", root) == "x/p.parquet"
+    assert table_relative("file:/data/other/p.parquet", root) is None
+    assert table_relative("s3://mytable/deletion_vector_d2c639aa.bin", "s3://mytable") == "deletion_vector_d2c639aa.bin"
+    assert table_relative("s3://other/p.parquet", "s3://mytable") is None
+    assert table_relative("../escape.parquet", root) is None
+    # sidecar example: a bare file name in _delta_log/_sidecars
+    assert sidecar_relative("016ae953-37a9-438e-8683-9a9a4a79a395.parquet", root) == \
+        "_delta_log/_sidecars/016ae953-37a9-438e-8683-9a9a4a79a395.parquet"
+    # deletion vector example 1 (storageType u, random prefix `ab`)
+    ref = deletion_vector_ref({"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 4,
+                               "sizeInBytes": 40, "cardinality": 6})
+    assert ref is not None and ref.path == "ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin"
+
+
+def test_edge_timestamps_without_statistics_never_read_2262(lake: dr.Lake, tmp_path: Path) -> None:
+    """With the optional `stats` removed, the INT96 data itself shows the range: Polars is not used."""
+    table = copy(EDGE, tmp_path)
+    for commit in (table / "_delta_log").glob("*.json"):
+        lines = [json.loads(x) for x in commit.read_text().splitlines() if x.strip()]
+        for action in lines:
+            action.get("add", {}).pop("stats", None)
+        commit.write_text("\n".join(json.dumps(a) for a in lines) + "\n")
+    reg = register_table(lake, "edge", str(table))
+    assert reg.reader["engine"] != "polars" and any("no statistics" in r for r in reg.reader["polars_limits"])
+    if _duckdb_delta():
+        big = sorted(d.date().isoformat() for d in lake.read("edge")["BIG_DATE"].to_list())
+        assert big == ["9999-12-30", "9999-12-31"]

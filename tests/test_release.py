@@ -69,7 +69,7 @@ def test_release_ships_with_every_packet_field(shipped) -> None:  # type: ignore
     assert packet["rollback_plan"]["mode"] in {"restore", "restore-older", "repair-forward"}
     assert {"retained_snapshot_bytes", "deletion_ledger_bytes", "growth_per_day_bytes"} <= set(packet["cost"])
     assert any(i["beyond_release_window"] for i in packet["pending"]["items"])  # backups outlive the window
-    lake = dr.Lake.open(tmp / "lake")
+    lake = dr.Lake.create(tmp / "lake")
     assert lake.published("orders").version == out["snapshot"]["version"]
 
 
@@ -106,7 +106,7 @@ def test_report_renders_with_chart_and_snapshot(shipped) -> None:  # type: ignor
 def test_broken_v3_fixture_holds_and_publishes_nothing(tmp_path: Path) -> None:
     broken = tmp_path / "v3-broken.jsonl"
     broken.write_text((ORDERS / "v3.jsonl").read_text().replace('"currency": "USD"', '"currency": "usd"', 1))
-    lake = dr.Lake.open(tmp_path / "lake")
+    lake = dr.Lake.create(tmp_path / "lake")
     before = lake.published("orders")
     code, out = run(make_config(tmp_path, **{"checks.schema_fixtures": {"v2": str(ORDERS / "v2.jsonl"),
                                                                        "v3": str(broken)}}))

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 
 def open_s3_lake(server: S3Server, bucket: str, catalog: Path) -> dr.Lake:
-    return dr.Lake.open(f"s3://{bucket}/lake", storage_options=server.options, catalog=SqliteCatalog(catalog))
+    return dr.Lake.create(f"s3://{bucket}/lake", storage_options=server.options, catalog=SqliteCatalog(catalog))
 
 
 def rows(lake: dr.Lake) -> list[dict[str, Any]]:
@@ -39,7 +39,7 @@ def rows(lake: dr.Lake) -> list[dict[str, Any]]:
 def test_ingest_read_replay_on_s3(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
     bucket = s3server.new_bucket()
     lake = open_s3_lake(s3server, bucket, tmp_path / "catalog.sqlite")
-    local = dr.Lake.open(tmp_path / "local")
+    local = dr.Lake.create(tmp_path / "local")
     for name in ("v2", "v3", "bad"):
         got, want = lake.ingest(ORDERS / f"{name}.jsonl"), local.ingest(ORDERS / f"{name}.jsonl")
         assert got.accepted + got.quarantined == got.extracted

@@ -28,7 +28,7 @@ def test_tombstone_blocks_lower_positions(lake: dr.Lake) -> None:
 def test_a_copied_lake_reads_and_writes_its_own_tables(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import shutil
 
-    original = dr.Lake.open(tmp_path / "a")
+    original = dr.Lake.create(tmp_path / "a")
     original.ingest(jsonl([up("a", 1)]))
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     copy = dr.Lake.open(tmp_path / "b")

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import DeltaReleaseError
+from ..errors import DeltaReleaseError, InputError
 
 
 @dataclass(slots=True)
@@ -85,13 +85,25 @@ S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
           "AWS_ALLOW_HTTP")
 
 
-def open_lake(opts: Options, **kw: Any) -> Any:
+def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     """Open the lake named by --lake. For an s3:// lake the storage options come from the standard AWS_*
-    environment variables (never from the command line, so secrets stay out of shell history)."""
+    environment variables (never from the command line, so secrets stay out of shell history).
+
+    Only writers pass `create=True` (ingest, publish, register); they say on stderr when they created
+    the lake, so a typo in --lake is visible. Every other command refuses a URI that holds no lake."""
     import os
 
+    from ..errors import LakeNotFoundError
     from ..lake import Lake
 
+    if not opts.lake.strip():  # Path("") is the current directory: never a lake by accident
+        raise InputError("--lake must not be empty", argument="--lake")
     if opts.lake.startswith("s3://") and "storage_options" not in kw:
         kw["storage_options"] = {k: os.environ[k] for k in S3_ENV if k in os.environ}
-    return Lake.open(opts.lake, **kw)
+    try:
+        lake = Lake.open(opts.lake, create=create, **kw)
+    except LakeNotFoundError as exc:  # name the argument the user typed
+        raise LakeNotFoundError(exc.uri, argument="--lake") from None
+    if lake.created:
+        click.echo(f"note: created a new lake at {lake.storage.root}", err=True)
+    return lake

@@ -41,7 +41,7 @@ def erasure(opts: Options) -> None:
 @drill.command("crash")
 @command_options
 def crash(opts: Options) -> None:
-    """SIGKILL a separate interpreter at every ingest/publish step; check the snapshot, rerun, clean up."""
+    """SIGKILL every writer (ingest, replay, erase, rollback, vacuum, publish, run) at each step; check, rerun."""
     from ..drills.crash import run_crash_drill
 
     emit_drill(opts, run_crash_drill(opts.lake), "crash")

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..arguments import FiniteFloat
 from ..erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
 from ..maintenance.vacuum import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS
 from .base import Options, command_options, emit, open_lake
@@ -20,9 +21,9 @@ def _pending_text(pending: list[dict[str, Any]]) -> str:
 @click.command()
 @click.argument("order_id")
 @click.option("--table", default="orders", show_default=True)
-@click.option("--raw-retention-days", type=float, default=RAW_RETENTION_DAYS, show_default=True,
+@click.option("--raw-retention-days", type=FiniteFloat(), default=RAW_RETENTION_DAYS, show_default=True,
               help="How long raw batches are kept (they hold the subject until then).")
-@click.option("--backup-expiry-days", type=float, default=BACKUP_EXPIRY_DAYS, show_default=True,
+@click.option("--backup-expiry-days", type=FiniteFloat(), default=BACKUP_EXPIRY_DAYS, show_default=True,
               help="How long backups taken before the erasure live (0: no backups).")
 @command_options
 def erase(opts: Options, order_id: str, table: str, raw_retention_days: float, backup_expiry_days: float) -> None:
@@ -56,11 +57,11 @@ def rollback(opts: Options, to: int, repair_forward: bool, table: str) -> None:
 @click.option("--apply", is_flag=True, help="Delete the files (default: a dry run that only reports).")
 @click.option("--dry-run", is_flag=True, help="Only report (the default).")
 @click.option("--table", default="orders", show_default=True)
-@click.option("--retain-versions", type=int, default=RETAIN_VERSIONS, show_default=True,
+@click.option("--retain-versions", type=click.IntRange(min=0), default=RETAIN_VERSIONS, show_default=True,
               help="The newest N versions stay readable and restorable.")
-@click.option("--replay-horizon-hours", type=float, default=REPLAY_HORIZON_HOURS, show_default=True,
+@click.option("--replay-horizon-hours", type=FiniteFloat(), default=REPLAY_HORIZON_HOURS, show_default=True,
               help="Versions committed within this many hours stay readable (0: off).")
-@click.option("--orphan-grace-hours", type=float, default=ORPHAN_GRACE_HOURS, show_default=True,
+@click.option("--orphan-grace-hours", type=FiniteFloat(), default=ORPHAN_GRACE_HOURS, show_default=True,
               help="Files in no version (staged by a writer) are kept until this old.")
 @command_options
 def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_versions: int,

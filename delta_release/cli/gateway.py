@@ -42,8 +42,10 @@ def gate(opts: Options, manifest: Path) -> None:
 def publish(opts: Options, manifest: Path) -> None:
     """Gate, then one strict Delta commit of the files, then the catalog generation, then cache refresh."""
     from ..external import load_manifest, publish_manifest
+    from ..tables import DEFAULT_TABLES_DIR, load_table_defs
 
-    lake = open_lake(opts)
+    load_manifest(manifest, load_table_defs(DEFAULT_TABLES_DIR))  # a bad manifest creates no lake
+    lake = open_lake(opts, create=True)
     report = publish_manifest(lake, load_manifest(manifest, lake.tables)).to_json()
     text = _gate_text(report)
     if report["ok"]:

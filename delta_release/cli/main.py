@@ -14,9 +14,10 @@ from .gateway import gate, publish
 from .orders import history, ingest, read, replay
 from .register import register
 from .release import run
+from .usage import OneLineGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--lake", default="lake", show_default=True, metavar="URI", help="Lake root.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output on stdout.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")

@@ -24,7 +24,10 @@ def _batch_text(r: dict[str, Any]) -> str:
 @command_options
 def ingest(opts: Options, batch: Path) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
-    report = open_lake(opts).ingest(batch).to_json()
+    if not batch.is_file():  # before the lake is opened: a bad argument creates nothing
+        what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
+        raise InputError(f"batch file {what}: {batch}", path=str(batch))
+    report = open_lake(opts, create=True).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 
 
@@ -55,10 +58,17 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
         from ..register.reader import read_registered
 
         frame, engine = read_registered(lake, table, resolved, engine=engine)
-    elif engine == "duckdb":
-        frame = lake.gateway.read_duckdb(table, resolved)
     else:
-        frame = lake.scan(table, resolved).collect()
+        from ..erasure.vacuumlog import missing_files_error
+
+        try:
+            frame = (lake.gateway.read_duckdb(table, resolved) if engine == "duckdb"
+                     else lake.scan(table, resolved).collect())
+        except Exception as exc:  # noqa: BLE001 - files gone from storage: a refusal naming the version
+            err = missing_files_error(lake, table, resolved, exc)
+            if err is exc:
+                raise
+            raise err from exc
     rows = frame.to_dicts()
     emit(opts, {"table": table, "version": resolved, "engine": engine, "rows": rows},
          f"{table} at version {resolved}: {len(rows)} rows\n{frame}")

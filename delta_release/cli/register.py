@@ -19,7 +19,7 @@ def register(opts: Options, name: str, uri: str) -> None:
     """
     from ..register import register_table
 
-    result = register_table(open_lake(opts), name, uri).to_json()
+    result = register_table(open_lake(opts, create=True), name, uri).to_json()
     reader = result["reader"]
     how = reader["engine"] or "no installed engine (reads are refused)"
     limits = f" (Polars cannot: {'; '.join(reader['polars_limits'])})" if reader["polars_limits"] else ""

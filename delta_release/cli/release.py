@@ -23,6 +23,8 @@ def run(opts: Options, config: str) -> None:
             click.echo(line, err=True)
 
     result = run_release(config, progress=progress)
+    if result.get("lake_created") and not show:  # always said, even when progress is off
+        click.echo(f"note: created a new lake (lake.create: true in {config})", err=True)
     snap = result["snapshot"]
     text = (f"decision: {result['decision'].upper()}  (orders version {snap['version']}, generation "
             f"{snap['generation']})\n" + (f"failed checks: {', '.join(result['failed_checks'])}\n"

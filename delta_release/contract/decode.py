@@ -10,23 +10,18 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
+import numpy as np
 import polars as pl
 
+from . import fast
+from .fast import EVENT_SCHEMA
+from .lines import CHUNK_BYTES, Chunk, LongLine, iter_chunks
+from .lines import max_line_bytes as line_limit
 from .reasons import Reason
-
-EVENT_SCHEMA: dict[str, pl.DataType] = {
-    "order_id": pl.String(),
-    "position": pl.Int64(),
-    "kind": pl.String(),
-    "amount_cents": pl.Int64(),
-    "currency": pl.String(),
-    "event_day": pl.Int32(),
-    "schema_version": pl.Int8(),
-    "line": pl.Int64(),
-}
 
 _FIELDS = {
     2: {"schema_version", "order_id", "position", "kind", "amount_cents", "event_day"},
@@ -44,8 +39,10 @@ class Reject:
     line: int
     reason: Reason
     detail: str
-    raw: str | None
+    raw: str | None  # None for a line over the length limit: it is never held whole
     order_id: str | None = None  # used by the erasure filter; never written to the ledger
+    offset: int | None = None  # where the line starts in the raw batch (bytes; a leading BOM counts)
+    length: int | None = None  # its length in bytes, without the '\n' or '\r\n' that ends it
 
 
 def count_reasons(rejects: list[Reject]) -> dict[str, int]:
@@ -62,6 +59,13 @@ class DecodedBatch:
     events: pl.DataFrame
     rejects: list[Reject] = field(default_factory=list)
     schema_versions: list[int] = field(default_factory=list)
+    # per line (index = line - 1): byte offset in the batch and length without the terminator
+    offsets: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    lengths: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def span(self, line: int) -> tuple[int, int]:
+        """(offset, length) of a line in the raw batch."""
+        return int(self.offsets[line - 1]), int(self.lengths[line - 1])
 
     @property
     def accepted(self) -> int:
@@ -269,74 +273,7 @@ def split_lines(data: bytes) -> list[bytes]:
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
 
 
-_ALLOWED = {"schema_version": pl.Int64, "order_id": pl.String, "position": pl.Int64, "kind": pl.String,
-            "amount_cents": pl.Int64, "event_day": pl.Int64, "currency": pl.String}
-
-
-def _extra_fields(frame: pl.DataFrame) -> pl.Series:
-    """Per row: does it carry a field the contract does not know (in any version)?"""
-    extra = [c for c in frame.columns if c not in _ALLOWED]
-    if not extra:
-        return pl.Series("extra", [False] * frame.height, dtype=pl.Boolean)
-    return frame.select(pl.any_horizontal([pl.col(c).is_not_null() for c in extra]).alias("extra")).to_series()
-
-
-def _fast_events(lines: list[bytes]) -> tuple[pl.DataFrame, list[int]] | None:
-    """Vectorised decoding for the common case; returns (accepted events, line numbers the strict per-line
-    path must decide), or None when the batch as a whole does not parse with the contract's column types
-    (a float or string amount, a line that is not an object, a blank line, NaN...): then every line takes
-    the strict path. A row is accepted here only when every contract rule holds and its text has exactly as
-    many key-colon tokens as fields (so a duplicate key or an explicit null goes to the strict path)."""
-    if not lines:
-        return None
-    try:
-        frame = pl.read_ndjson(io.BytesIO(b"\n".join(lines)), infer_schema_length=None)
-    except Exception:  # noqa: BLE001 - any parse problem: the strict path names it per line
-        return None
-    if frame.height != len(lines):
-        return None
-    for name, dtype in frame.schema.items():
-        if name in _ALLOWED and dtype not in (_ALLOWED[name], pl.Null):
-            return None
-    n = frame.height
-    col = {name: (frame[name] if name in frame.columns else pl.Series(name, [None] * n, dtype=_ALLOWED[name]))
-           .cast(_ALLOWED[name]) for name in _ALLOWED}
-    df = pl.DataFrame(col).with_columns(
-        pl.Series("line", range(1, n + 1), dtype=pl.Int64),
-        pl.Series("text", lines, dtype=pl.Binary).cast(pl.String, strict=False).alias("text"),
-        pl.Series("fields", frame.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()),
-        _extra_fields(frame),
-    )
-    v, kind, cur = pl.col("schema_version"), pl.col("kind"), pl.col("currency")
-    upsert = kind == "upsert"
-    ok = (
-        pl.col("text").is_not_null()
-        & (pl.col("text").str.count_matches(r'"\s*:') == pl.col("fields"))
-        & pl.col("extra").not_()
-        & v.is_in([2, 3])
-        & pl.col("order_id").str.contains(r"^[\x20-\x7E]{1,128}$")
-        & (pl.col("position") >= 0)
-        & kind.is_in(["upsert", "delete"])
-        & pl.when(upsert).then(pl.col("amount_cents").is_not_null() & (pl.col("amount_cents") >= 0)
-                               & pl.col("event_day").is_not_null())
-        .otherwise(pl.col("amount_cents").is_null())
-        & (pl.col("event_day").is_null() | pl.col("event_day").is_between(0, MAX_DAY))
-        & pl.when(v == 2).then(cur.is_null())
-        .otherwise(pl.when(upsert).then(cur.is_not_null()).otherwise(True)
-                   & (cur.is_null() | cur.str.contains(r"^[A-Z]{3}$")))
-    ).fill_null(False)
-    checked = df.with_columns(ok.alias("ok"))
-    slow = checked.filter(pl.col("ok").not_())["line"].to_list()
-    events = checked.filter("ok").select(
-        "order_id", "position", "kind",
-        pl.when(upsert).then(pl.col("amount_cents")).alias("amount_cents"),
-        pl.when(upsert).then(pl.when(v == 2).then(pl.lit("INR")).otherwise(cur)).alias("currency"),
-        "event_day", "schema_version", "line",
-    ).cast(EVENT_SCHEMA)  # type: ignore[arg-type]
-    return events, slow
-
-
-def _decode_line(number: int, raw: bytes) -> dict[str, Any] | Reject:
+def _decode_line(number: int, raw: bytes, offset: int | None = None) -> dict[str, Any] | Reject:
     """The strict path for one line: the normalised event, or a Reject with its reason."""
     raw_text = raw.decode("utf-8", errors="backslashreplace")
     obj: Any = None
@@ -352,52 +289,129 @@ def _decode_line(number: int, raw: bytes) -> dict[str, Any] | Reject:
     except _Rejected as rej:
         oid = obj.get("order_id") if isinstance(obj, dict) else None
         return Reject(line=number, reason=rej.reason, detail=rej.detail, raw=raw_text,
-                      order_id=oid if _subject_like(oid) else None)
+                      order_id=oid if _subject_like(oid) else None, offset=offset, length=len(raw))
     event["line"] = number
     return event
+
+
 
 
 _CONTENT = ["order_id", "kind", "amount_cents", "currency", "event_day"]
 
 
-def _position_conflicts(events: pl.DataFrame, lines: list[bytes]) -> tuple[pl.DataFrame, list[Reject]]:
+def _position_conflicts(events: pl.DataFrame, text: Callable[[int], tuple[str, int, int]]
+                        ) -> tuple[pl.DataFrame, list[Reject]]:
     """Same position, different content: the first accepted line of a position stands, later lines whose
     content differs are rejected (exact repeats stay accepted; apply deduplicates them)."""
-    if events.height == 0:
+    if events.height == 0 or events["position"].n_unique() == events.height:
         return events, []
-    ref = events.sort("line").group_by("position").agg([pl.col(c).first().alias(f"{c}__ref") for c in _CONTENT])
-    joined = events.join(ref, on="position", how="left")
+    dup = events.filter(pl.col("position").is_duplicated())
+    ref = dup.sort("line").group_by("position").agg([pl.col(c).first().alias(f"{c}__ref") for c in _CONTENT])
+    joined = dup.join(ref, on="position", how="left")
     differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}__ref")) for c in _CONTENT])
     bad = joined.filter(differs).sort("line")
-    rejects = [Reject(line=line, reason=Reason.POSITION_CONFLICT,
-                      detail=f"position {pos} already holds a different event in this batch",
-                      raw=lines[line - 1].decode("utf-8", errors="backslashreplace"), order_id=oid)
-               for line, pos, oid in bad.select("line", "position", "order_id").iter_rows()]
+    rejects = []
+    for line, pos, oid in bad.select("line", "position", "order_id").iter_rows():
+        raw, offset, length = text(line)
+        rejects.append(Reject(line=line, reason=Reason.POSITION_CONFLICT,
+                              detail=f"position {pos} already holds a different event in this batch",
+                              raw=raw, order_id=oid, offset=offset, length=length))
     if not rejects:
         return events, []
     return events.filter(pl.col("line").is_in(pl.Series([r.line for r in rejects]).implode()).not_()), rejects
 
 
-def decode_batch(data: bytes) -> DecodedBatch:
+def _too_long(line: int, offset: int, length: int, limit: int) -> Reject:
+    return Reject(line=line, reason=Reason.BAD_VALUE, raw=None, offset=offset, length=length,
+                  detail=f"line is {length} bytes, over the {limit}-byte line limit (not decoded)")
+
+
+class Decoder:
+    """Decodes a batch chunk by chunk (`lines.iter_chunks`); `finish` adds the batch-wide position check.
+
+    Holds the accepted events, the rejects and two integers per line; never the batch's bytes."""
+
+    def __init__(self, *, max_line: int) -> None:
+        self.max_line = max_line
+        self._events: list[pl.DataFrame] = []
+        self._rejects: list[Reject] = []
+        self._offsets: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self.lines = 0
+
+    def feed(self, item: Chunk | LongLine) -> None:
+        if isinstance(item, LongLine):
+            self._rejects.append(_too_long(item.line, item.offset, item.length, self.max_line))
+            self._offsets.append(np.array([item.offset], dtype=np.int64))
+            self._lengths.append(np.array([item.length], dtype=np.int64))
+            self.lines += 1
+            return
+        data, first = item.data, item.first_line
+        starts = fast.line_starts(data)
+        ends = starts[1:] - 1  # index of each line's '\n'
+        lengths = ends - starts[:-1]
+        if len(ends):
+            cr = np.frombuffer(data, dtype=np.uint8)[np.maximum(ends - 1, 0)] == 13
+            lengths -= cr & (lengths > 0)
+        self._offsets.append(starts[:-1] + item.offset)
+        self._lengths.append(lengths)
+        self.lines += len(lengths)
+        fits = lengths <= self.max_line
+        events, slow = _fast_chunk(data, starts, first, None if fits.all() else fits)
+        strict: list[dict[str, Any]] = []
+        for i in slow.tolist():
+            start, length = int(starts[i]), int(lengths[i])
+            if length > self.max_line:
+                self._rejects.append(_too_long(first + i, item.offset + start, length, self.max_line))
+                continue
+            result = _decode_line(first + i, data[start:start + length], item.offset + start)
+            if isinstance(result, Reject):
+                self._rejects.append(result)
+            else:
+                strict.append(result)
+        if strict:
+            events = pl.concat([events, pl.DataFrame(strict, schema=EVENT_SCHEMA, orient="row")]).sort("line")
+        if events.height:
+            self._events.append(events)
+
+    def finish(self, read: Callable[[int, int], bytes]) -> DecodedBatch:
+        """The batch: `read(offset, length)` returns bytes of the batch (for position-conflict rejects)."""
+        events = pl.concat(self._events) if self._events else pl.DataFrame(schema=EVENT_SCHEMA)
+        offsets = np.concatenate(self._offsets) if self._offsets else np.empty(0, dtype=np.int64)
+        lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, dtype=np.int64)
+
+        def text(line: int) -> tuple[str, int, int]:
+            off, length = int(offsets[line - 1]), int(lengths[line - 1])
+            return read(off, length).decode("utf-8", errors="backslashreplace"), off, length
+
+        events, conflicts = _position_conflicts(events, text)
+        rejects = sorted([*self._rejects, *conflicts], key=lambda r: r.line)
+        versions = sorted(int(v) for v in events["schema_version"].unique().to_list()) if events.height else []
+        return DecodedBatch(extracted=self.lines, events=events, rejects=rejects, schema_versions=versions,
+                            offsets=offsets, lengths=lengths)
+
+
+def _fast_chunk(data: bytes, starts: np.ndarray, first_line: int,
+                eligible: np.ndarray | None) -> tuple[pl.DataFrame, np.ndarray]:
+    """The vectorised path (`fast.fast_chunk`); the equivalence test replaces it to run strict only."""
+    return fast.fast_chunk(data, starts, first_line, eligible)
+
+
+def decode_chunks(items: Iterable[Chunk | LongLine], read: Callable[[int, int], bytes], *,
+                  max_line: int) -> DecodedBatch:
+    decoder = Decoder(max_line=max_line)
+    for item in items:
+        decoder.feed(item)
+    return decoder.finish(read)
+
+
+def decode_stream(reader: BinaryIO, read: Callable[[int, int], bytes], *, max_line_bytes: int | None = None,
+                  chunk_bytes: int = CHUNK_BYTES) -> DecodedBatch:
+    """Decode a batch read from `reader` in bounded chunks; `read(offset, length)` re-reads a line."""
+    limit = line_limit(max_line_bytes)
+    return decode_chunks(iter_chunks(reader, max_line=limit, chunk_bytes=chunk_bytes), read, max_line=limit)
+
+
+def decode_batch(data: bytes, *, max_line_bytes: int | None = None) -> DecodedBatch:
     """Decode every line of a batch. The caller enforces accepted + quarantined == extracted."""
-    lines = split_lines(data)
-    fast = _fast_events(lines)
-    if fast is None:
-        fast_events, slow_lines = pl.DataFrame(schema=EVENT_SCHEMA), list(range(1, len(lines) + 1))
-    else:
-        fast_events, slow_lines = fast
-    accepted: list[dict[str, Any]] = []
-    rejects: list[Reject] = []
-    for number in slow_lines:
-        result = _decode_line(number, lines[number - 1])
-        if isinstance(result, Reject):
-            rejects.append(result)
-        else:
-            accepted.append(result)
-    slow_events = pl.DataFrame(accepted, schema=EVENT_SCHEMA, orient="row") if accepted else pl.DataFrame(
-        schema=EVENT_SCHEMA)
-    events = pl.concat([fast_events, slow_events]).sort("line")
-    events, conflicts = _position_conflicts(events, lines)
-    rejects = sorted([*rejects, *conflicts], key=lambda r: r.line)
-    versions = sorted(int(v) for v in events["schema_version"].unique().to_list()) if events.height else []
-    return DecodedBatch(extracted=len(lines), events=events, rejects=rejects, schema_versions=versions)
+    return decode_stream(io.BytesIO(data), lambda off, n: data[off:off + n], max_line_bytes=max_line_bytes)

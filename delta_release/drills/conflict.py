@@ -108,7 +108,7 @@ def _case(lake: Lake, *, a_position: int, b_position: int) -> dict[str, Any]:
 
 def run_conflict_drill(uri: str) -> dict[str, Any]:
     path = prepare_scratch(uri)
-    lake = Lake.open(path)
+    lake = Lake.create(path)
     _build_to_41(lake)
     built = lake.latest_version("orders")
     first = _case(lake, a_position=1000, b_position=1001)

@@ -1,25 +1,45 @@
-"""The crash drill: SIGKILL a separate interpreter at every step of ingest and publish, then check.
+"""The crash drill: SIGKILL every writer at each of its steps, in a separate interpreter, then check.
 
-For each crash point a fresh lake (under the scratch lake named by --lake) gets a base batch, then a child
-interpreter runs `delta-release ingest` on a second batch with `DELTA_RELEASE_CRASH_AT=<point>` and is
-killed there (see `delta_release.faults`). Afterwards, in this process:
+The drill is a table (`WRITERS`): writer -> command line -> setup -> crash points -> expected outcome.
+Writers: `ingest`, `replay`, `erase`, `rollback --repair-forward`, `vacuum --apply`, telemetry `publish
+MANIFEST` (files from `delta_release.external.producer`) and a release `run CONFIG` (its ship). The
+writer's generic points (commit/writer.py: stage.after_first_file, ingest.after_staging,
+ingest.after_gate, commit.during, ingest.after_commit, publish.before_swap, ingest.after_publish) fire in
+every writer that commits; each command adds its own (`crash_point(` / `crash_window(` in the package);
+`storage.after_temp:<dir>` points kill a write between its temp file and its rename. A point listed
+here that the code does not declare (another branch adds it) is reported as `skipped`, never as passed;
+`declared_points()` reads the package source, and tests/test_crash.py checks that every point the code
+declares is in this table.
 
-- the published snapshot reads intact and equals either the state before the run or the completed state;
-- every file the published (and the latest) version references exists with the size and sha256 that its
-  commit evidence recorded (I7), and each commit's parent is the version before it (I6);
-- no staged file is visible: rows equal one of the two states, and a version committed but not yet
-  published is refused to pinned readers (I5, I8);
-- a quarantine file left by the killed run is complete, and reconciles (I1);
-- rerunning the same ingest completes, applies the batch exactly once and reaches the state of an
-  uninterrupted run (I2), which is also the reference fold of all accepted events;
-- staged files of the killed run (referenced by no version) are found and removed (`Lake.vacuum` when the
-  lake has it, else this module's orphan finder), and the snapshot still reads the same afterwards.
+Every scenario starts from one base lake per writer (copied per point): a base batch, then an erasure of
+`ERASED` (so the lake has an erased subject), then the writer's own setup; the killed writer's batch
+names `ERASED` in an event and in rejected lines. For each point:
 
-"During the commit" is a watchdog kill inside the delta-rs commit call (the call releases the GIL), so the
-drill reports which outcome it observed (log entry written or not) instead of claiming an instant.
-"During the catalog update" is two points: after the generation is read but before the swap
-(`publish.before_swap`), and inside the SQLite publish transaction after its INSERT ran but before COMMIT
-(`catalog.in_transaction`, a SQLite trace hook the child installs; the catalog code is not touched).
+1. a child interpreter runs the command with `DELTA_RELEASE_CRASH_AT=<point>` and is SIGKILLed there;
+2. after the kill (a fresh process's view): the published snapshot is intact (it equals the state before
+   the command or the state an uninterrupted run reaches; a read refused because a pending erasure makes
+   the snapshot unreadable is reported, and the snapshot's rows are checked without the gateway), the
+   row state is the one expected at that point, every file the published and the latest version
+   reference exists with the size and sha256 of its commit evidence (I7), every commit is on the version
+   before it (I6), a committed but unpublished version is refused to pinned readers (I5, I8), staged
+   files are referenced by no version, the quarantine of the batch is complete (I1), and NO file under
+   the lake outside `_raw/` holds an erased subject's id, except data files of versions that are not
+   allowed (checked by reading every file, parquet pages and footers included: drills/scan.py);
+3. the same command is rerun (in this process, through the CLI): it succeeds, reaches the state of the
+   uninterrupted run (the reference, itself checked against the reference fold of all accepted events
+   for the writers that apply batches: I2), applies its batch exactly once, publishes the latest
+   version, and the erased-id scan holds again;
+4. cleanup: `Lake.vacuum(apply=True, orphan_grace_hours=0)` of the writer's table removes staged files
+   of the killed run and data files of versions that are not allowed; then the snapshot reads the same,
+   no temp file is left anywhere in the lake, and no file outside `_raw/` holds an erased id at all.
+
+"During the commit" is a watchdog kill inside the delta-rs commit call (the call releases the GIL), so
+the drill reports which outcome it observed instead of claiming an instant. "During the catalog update"
+is two points: `publish.before_swap`, and `catalog.in_transaction`, a SQLite trace hook the child
+installs that kills at the COMMIT of the transaction that inserted a publication.
+
+`run_crash_drill(uri)` runs the full matrix (what `delta-release drill crash` does);
+`run_crash_drill(uri, subset=True)` runs `SUBSET` points per writer (the default test).
 """
 
 from __future__ import annotations
@@ -27,28 +47,38 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from .. import _delta
 from ..apply import reference_fold
-from ..clock import FixedClock
 from ..contract import decode_batch
-from ..errors import DeltaReleaseError, InputError
+from ..errors import DeltaReleaseError, ErasureExposureError, InputError
 from ..faults import CRASH_ENV, DELAY_ENV
-from ..ingest import applied_batches
 from ..lake import Lake
 from ..raw import batch_id_of
+from ..views import current_rows
+from .scan import files_holding
 from .scratch import prepare_scratch
 
-TABLE = "orders"
 SQLITE_HOOK = "catalog.in_transaction"
-ROW_KEYS = ("order_id", "amount_cents", "currency", "event_day", "position")
+TEMP_PREFIX = "storage.after_temp:"
+ERASED = "ord-erased-77"  # erased in every base lake, before the killed command
+TARGET = "ord-target-55"  # what the killed `erase` erases
+PACKAGE = Path(__file__).resolve().parent.parent
+
+BEFORE, COMPLETED, OTHER = "before", "completed", "OTHER"
+EITHER = frozenset({BEFORE, COMPLETED})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,29 +86,39 @@ class CrashPoint:
     name: str  # the value of DELTA_RELEASE_CRASH_AT
     step: str  # what the step is, in words
     delay: float | None = None  # watchdog delay for crash windows
+    expect: frozenset[str] = EITHER  # the row states allowed right after the kill
+
+    @property
+    def label(self) -> str:
+        return self.name if self.delay is None else f"{self.name}@{round(self.delay * 1000)}ms"
 
 
-POINTS: tuple[CrashPoint, ...] = (
-    CrashPoint(name="ingest.after_raw", step="after the raw write, before the quarantine"),
-    CrashPoint(name="ingest.after_quarantine", step="after staging, the gate and the quarantine write"),
-    CrashPoint(name="stage.after_first_file", step="during staging: after the first of several staged files"),
-    CrashPoint(name="ingest.after_staging", step="after staging, before the gate"),
-    CrashPoint(name="ingest.after_gate", step="after the gate, before the commit"),
-    CrashPoint(name="commit.during", step="during the Delta commit (watchdog at 0 ms)", delay=0.0),
-    CrashPoint(name="commit.during", step="during the Delta commit (watchdog at 3 ms)", delay=0.003),
-    CrashPoint(name="commit.during", step="during the Delta commit (watchdog at 20 ms, or at its end)",
-               delay=0.02),
-    CrashPoint(name="ingest.after_commit", step="after the commit, before the catalog update"),
-    CrashPoint(name="publish.before_swap",
-               step="during the catalog update: generation read, compare-and-swap not done"),
-    CrashPoint(name=SQLITE_HOOK,
-               step="during the catalog update: inside the SQLite transaction, INSERT done, COMMIT not"),
-    CrashPoint(name="ingest.after_publish", step="after the catalog update, before ingest returns"),
-)
-
-CLOCK = FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC))
+def _p(name: str, step: str, expect: frozenset[str] = frozenset({BEFORE}), delay: float | None = None) -> CrashPoint:
+    return CrashPoint(name=name, step=step, expect=expect, delay=delay)
 
 
+# The writer path's points, in the order they fire (commit/writer.py); `expect` as seen by a reader.
+def _generic(*, staged: bool, several_files: bool, published: bool = True,
+             delays: tuple[float, ...] = (0.003,)) -> tuple[CrashPoint, ...]:
+    after = frozenset({COMPLETED}) if published else frozenset({BEFORE})
+    points = []
+    if staged and several_files:
+        points.append(_p("stage.after_first_file", "during staging: after the first of several staged files"))
+    if staged:
+        points += [_p("ingest.after_staging", "after staging, before the gate"),
+                   _p("ingest.after_gate", "after the gate, before the commit")]
+    points += [_p("commit.during", f"during the Delta commit (watchdog at {round(d * 1000)} ms, or at its end)",
+                  delay=d) for d in delays]
+    points.append(_p("ingest.after_commit", "after the commit, before the catalog update"))
+    if published:
+        points += [_p("publish.before_swap", "during the catalog update: generation read, swap not done"),
+                   _p(SQLITE_HOOK, "during the catalog update: inside the SQLite transaction, INSERT done, "
+                                   "COMMIT not")]
+    points.append(_p("ingest.after_publish", "after the catalog update, before the command returns", after))
+    return tuple(points)
+
+
+# -- batches -------------------------------------------------------------------------------------
 def _up(order_id: str, position: int, amount: int, day: int, *, v3: bool = False) -> dict[str, Any]:
     ev: dict[str, Any] = {"schema_version": 3 if v3 else 2, "order_id": order_id, "position": position,
                           "kind": "upsert", "amount_cents": amount, "event_day": day}
@@ -92,17 +132,222 @@ def _jsonl(events: list[dict[str, Any]], *extra: bytes) -> bytes:
 
 
 BASE_BATCH = _jsonl([_up("ord-01", 1, 1000, 10), _up("ord-02", 2, 2000, 11), _up("ord-03", 3, 3000, 12),
-                     _up("ord-04", 4, 4000, 10, v3=True), _up("ord-05", 5, 5000, 11)])
-# Touches days 10..14 (several staged files): a correction, a delete, a move, new orders, two bad lines.
+                     _up("ord-04", 4, 4000, 10, v3=True), _up("ord-05", 5, 5000, 11),
+                     _up(ERASED, 6, 7700, 12), _up(TARGET, 7, 5500, 13, v3=True)])
+# Touches days 10..14 (several staged files): a correction, a delete, a move, new orders, an event of the
+# erased subject (blocked), rejected lines naming it (quoted, unquoted, unterminated), and two bad lines.
 CRASH_BATCH = _jsonl([
     _up("ord-01", 11, 1111, 10),                                         # correction on day 10
     {"schema_version": 2, "order_id": "ord-02", "position": 12, "kind": "delete"},  # tombstone on day 11
     _up("ord-03", 13, 3333, 14),                                         # moves from day 12 to 14
     _up("ord-06", 14, 6000, 13, v3=True), _up("ord-07", 15, 7000, 10),   # new orders
     _up("ord-04", 3, 9999, 10, v3=True),                                 # lower position: no effect
+    _up(ERASED, 18, 7777, 12),                                           # erased subject: blocked
+    _up(TARGET, 19, 5555, 13, v3=True),                                  # the subject `erase` kills on
 ], b'{"schema_version": 2, "order_id": "ord-08", "position": 16\n',
    b'{"schema_version": 2, "order_id": "ord-09", "position": 17, "kind": "upsert", "amount_cents": 73.5,'
-   b' "event_day": 10}\n')
+   b' "event_day": 10}\n',
+   b'{"schema_version": 2, "order_id": "' + ERASED.encode() + b'", "position": 20, "amount_cents": 1.5}\n',
+   b'order_id=' + ERASED.encode() + b' position=21\n',
+   b'{"schema_version": 2, "order_id": "' + ERASED.encode() + b'\n',
+   b'{"schema_version": 3, "order_id": "' + TARGET.encode() + b'", "position": 22, "amount_cents": "5"}\n')
+V2_FIXTURE = _jsonl([_up("fx-1", 1, 100, 1)])
+V3_FIXTURE = _jsonl([_up("fx-2", 2, 200, 1, v3=True)])
+
+
+# -- scenes: one writer's inputs and base lake ------------------------------------------------------
+@dataclass(slots=True, kw_only=True)
+class Scene:
+    """Where a writer's drill lives: its inputs (outside every lake) and its base lake."""
+
+    root: Path
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> Path:
+        return self.root / "inputs"
+
+    @property
+    def batch(self) -> Path:
+        return self.inputs / "crash-batch.jsonl"
+
+
+def _base(lake_dir: Path) -> Lake:
+    lake = Lake.create(lake_dir)
+    lake.ingest(BASE_BATCH)
+    lake.erase(ERASED)
+    return lake
+
+
+def _setup_ingest(lake_dir: Path, scene: Scene) -> None:
+    _base(lake_dir)
+
+
+def _setup_replay(lake_dir: Path, scene: Scene) -> None:
+    lake = _base(lake_dir)  # the batch was received (raw kept) but never applied: what replay is for
+    decoded = decode_batch(CRASH_BATCH)
+    lake.raw.put(CRASH_BATCH, extracted=decoded.extracted, schema_versions=decoded.schema_versions,
+                 received=lake.clock.now())
+
+
+def _setup_applied(lake_dir: Path, scene: Scene) -> None:
+    lake = _base(lake_dir)
+    scene.values["before_batch"] = lake.latest_version("orders")
+    lake.ingest(CRASH_BATCH)
+
+
+def _setup_vacuum(lake_dir: Path, scene: Scene) -> None:
+    _setup_applied(lake_dir, scene)
+    lake = Lake.open(lake_dir)
+    table = Path(lake.table_uri("orders"))
+    source = sorted(table.glob("event_day=*/*.parquet"))[0]
+    orphan = source.parent / "part-killed-writer-0000.parquet"  # a staged file a killed writer left, old
+    orphan.write_bytes(source.read_bytes())
+    old = time.time() - 3 * 3600
+    os.utime(orphan, (old, old))
+
+
+def _setup_publish(lake_dir: Path, scene: Scene) -> None:
+    from ..external.producer import write_fixtures
+
+    manifests = write_fixtures(scene.inputs / "telemetry")
+    from ..external.publish import ensure_table
+
+    lake = _base(lake_dir)
+    ensure_table(lake, "telemetry")
+    target = Path(lake.table_uri("telemetry")) / "hour=09"
+    target.mkdir(parents=True, exist_ok=True)
+    for generation, manifest in (("telemetry-48", manifests[0]), ("telemetry-49", None)):
+        for f in sorted((scene.inputs / "telemetry" / "hour=09").glob(f"{generation}-*.parquet")):
+            shutil.copyfile(f, target / f.name)  # the producer's drop
+        if manifest is not None:
+            _publish(lake, manifest)
+    scene.values["manifest"] = manifests[1]  # the corrected generation: replaces the hour's files
+
+
+def _publish(lake: Lake, manifest: Path) -> None:
+    from ..external.manifest import load_manifest
+    from ..external.publish import publish_manifest
+
+    report = publish_manifest(lake, load_manifest(manifest, lake.tables))
+    if not report.ok:
+        raise DeltaReleaseError("drill setup: the telemetry generation did not publish")
+
+
+def _setup_run(lake_dir: Path, scene: Scene) -> None:
+    _base(lake_dir)
+    for name, data in (("v2.jsonl", V2_FIXTURE), ("v3.jsonl", V3_FIXTURE)):
+        (scene.inputs / name).write_bytes(data)
+
+
+def _run_config(lake_dir: Path, scene: Scene) -> Path:
+    cfg = {"lake": {"uri": str(lake_dir), "storage_options": {}}, "tables": ["orders"],
+           "sources": {"batches": [str(scene.batch)], "manifests": []},
+           "release": {"window_days": 7},
+           "retention": {"raw_days": 30, "backup_days": 35, "replay_horizon_days": 14, "retained_snapshots": 5},
+           "checks": {"schema_fixtures": {"v2": str(scene.inputs / "v2.jsonl"), "v3": str(scene.inputs / "v3.jsonl")},
+                      "amount_unit": True, "reconciliation": True, "checksums": True, "pinned_query": False,
+                      "conflict_drill": False, "erasure_drill": False, "freshness_gate": False,
+                      "audit": {"days": "10:14", "max_fraction": 1.0}},
+           "packet": {"directory": str(lake_dir.parent / "packets")}}
+    path = lake_dir.parent / "release.yaml"
+    path.write_text(json.dumps(cfg), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+# -- the table -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Writer:
+    name: str
+    summary: str
+    table: str  # the table whose published snapshot the checks watch
+    setup: Callable[[Path, Scene], None]  # builds the base lake (in this process)
+    argv: Callable[[Path, Scene], list[str]]  # the command line after `--lake LAKE`
+    points: tuple[CrashPoint, ...]
+    subset: tuple[str, ...]  # labels the default test runs
+    batch: bool = False  # applies CRASH_BATCH: applied once, quarantine complete, reference fold
+    file_set: bool = False  # the outcome includes the table's file set (vacuum)
+    erases: bool = False  # the command erases TARGET
+
+
+def _ingest_points() -> tuple[CrashPoint, ...]:
+    g = _generic(staged=True, several_files=True, delays=(0.0, 0.003, 0.02))
+    return (_p("ingest.after_raw", "after the raw write, before the quarantine"),
+            _p(TEMP_PREFIX + "_raw", "raw batch written to its temp file, not renamed"),
+            *g[:3],
+            _p("ingest.after_quarantine", "after staging, the gate and the quarantine write"),
+            _p(TEMP_PREFIX + "_quarantine", "quarantine ledger written to its temp file, not renamed"),
+            *g[3:])
+
+
+def _run_points() -> tuple[CrashPoint, ...]:
+    before = frozenset({BEFORE})
+    return (_p("ingest.after_raw", "run: a batch's raw write done"),
+            _p("ingest.after_staging", "run: a batch staged, not gated"),
+            _p("ingest.after_gate", "run: a batch gated, not committed"),
+            _p("ingest.after_quarantine", "run: a batch's quarantine written"),
+            _p("run.after_stage", "run: the candidate of all batches staged and gated, checks not run"),
+            _p("commit.during", "run: during a Delta commit (watchdog at 3 ms)", delay=0.003),
+            _p("ingest.after_commit", "run: a commit landed, not published"),
+            _p("ingest.after_publish", "run: a batch done (publication deferred)", before),
+            _p("run.before_ship_commit", "run: SHIP decided, its commit not made"),
+            _p("run.after_ship_commit", "run: the ship commit landed, not published"),
+            _p("publish.before_swap", "run: SHIP, generation read, swap not done"),
+            _p(SQLITE_HOOK, "run: SHIP, inside the SQLite publish transaction"))
+
+
+WRITERS: tuple[Writer, ...] = (
+    Writer(name="ingest", summary="ingest a batch", table="orders", setup=_setup_ingest, batch=True,
+           argv=lambda lake, s: ["ingest", str(s.batch)], points=_ingest_points(),
+           subset=("stage.after_first_file", SQLITE_HOOK, TEMP_PREFIX + "_quarantine")),
+    Writer(name="replay", summary="replay a received, unapplied batch", table="orders", setup=_setup_replay,
+           batch=True, argv=lambda lake, s: ["replay", batch_id_of(CRASH_BATCH)],
+           points=(_p("ingest.after_raw", "after the raw batch is re-read and kept"),
+                   *_generic(staged=True, several_files=True)[:3],
+                   _p("ingest.after_quarantine", "after the quarantine write"),
+                   *_generic(staged=True, several_files=True)[3:]),
+           subset=("ingest.after_quarantine",)),
+    Writer(name="erase", summary=f"erase {TARGET}", table="orders", setup=_setup_applied, erases=True,
+           argv=lambda lake, s: ["erase", TARGET],
+           points=(_p("erase.after_ledger", "the pending ledger entry written, nothing committed"),
+                   _p(TEMP_PREFIX + "_erasure", "the ledger entry written to its temp file, not renamed"),
+                   *_generic(staged=True, several_files=False)),
+           subset=("ingest.after_commit", "erase.after_ledger")),
+    Writer(name="rollback", summary="rollback --repair-forward to the version before the batch",
+           table="orders", setup=_setup_applied,
+           argv=lambda lake, s: ["rollback", "--to", str(s.values["before_batch"]), "--repair-forward"],
+           points=_generic(staged=True, several_files=True), subset=("commit.during@3ms",)),
+    Writer(name="vacuum", summary="vacuum --apply (erased-subject files and an old orphan)", table="orders",
+           setup=_setup_vacuum, file_set=True, argv=lambda lake, s: ["vacuum", "--apply"],
+           points=(_p("vacuum.after_first_remove", "after the first of several file removals", EITHER),),
+           subset=("vacuum.after_first_remove",)),
+    Writer(name="publish", summary="telemetry publish of a corrected generation", table="telemetry",
+           setup=_setup_publish, argv=lambda lake, s: ["publish", str(s.values["manifest"])],
+           points=_generic(staged=False, several_files=False), subset=("publish.before_swap",)),
+    Writer(name="run", summary="a release run (ship)", table="orders", setup=_setup_run, batch=True,
+           argv=lambda lake, s: ["run", str(_run_config(lake, s))], points=_run_points(),
+           subset=("ingest.after_commit", "run.before_ship_commit")),
+)
+
+
+# -- which points the code declares ----------------------------------------------------------------
+_DECLARED = re.compile(r"""crash_(?:point|window)\(\s*["']([^"']+)["']\s*(\+)?""")
+
+
+def declared_points(package: Path = PACKAGE) -> set[str]:
+    """Every crash point the package's code names (`name:*` for a name built at run time, e.g. the temp
+    file windows `storage.after_temp:*`), plus the SQLite hook this drill installs itself."""
+    out = {SQLITE_HOOK}
+    for path in package.rglob("*.py"):
+        if path.name == "faults.py":
+            continue
+        for m in _DECLARED.finditer(path.read_text(encoding="utf-8")):
+            out.add(m.group(1) + "*" if m.group(2) else m.group(1))
+    return out
+
+
+def is_declared(name: str, declared: set[str]) -> bool:
+    return name in declared or any(d.endswith("*") and name.startswith(d[:-1]) for d in declared)
 
 
 # -- the child interpreter ----------------------------------------------------------------------------
@@ -135,74 +380,122 @@ def _install_sqlite_hook() -> None:
     sqlite3.connect = connect  # type: ignore[assignment]
 
 
-def run_child(lake_dir: Path, batch: Path, point: CrashPoint) -> subprocess.CompletedProcess[str]:
+def run_child(lake_dir: Path, argv: list[str], point: CrashPoint) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, CRASH_ENV: point.name}
     env.pop(DELAY_ENV, None)
     if point.delay is not None:
         env[DELAY_ENV] = str(point.delay)
     code = ("import sys; from delta_release.drills.crash import child_setup; child_setup(); "
             "from delta_release.cli.main import cli; cli(args=sys.argv[1:], prog_name='delta-release')")
-    return subprocess.run([sys.executable, "-c", code, "--lake", str(lake_dir), "ingest", str(batch), "--json"],
+    return subprocess.run([sys.executable, "-c", code, "--lake", str(lake_dir), *argv, "--json"],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
+def run_cli(lake_dir: Path, argv: list[str]) -> tuple[int, dict[str, Any]]:
+    """Run a command through the CLI in this process (the reference run and the rerun)."""
+    from click.testing import CliRunner
+
+    from ..cli.main import cli
+
+    result = CliRunner().invoke(cli, ["--lake", str(lake_dir), *argv, "--json"], catch_exceptions=True)
+    try:
+        out = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
+    except (json.JSONDecodeError, IndexError):
+        out = {}
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        out = {"error": {"type": type(result.exception).__name__}}
+    return result.exit_code, out
+
+
 # -- observation ----------------------------------------------------------------------------------
-def _rows(lake: Lake) -> list[tuple[Any, ...]]:
-    return [tuple(r[k] for k in ROW_KEYS) for r in lake.read(TABLE).to_dicts()]
+def _sorted_rows(df: pl.DataFrame) -> list[tuple[Any, ...]]:
+    cols = sorted(df.columns)
+    return sorted((tuple(r[c] for c in cols) for r in df.to_dicts()), key=repr)
 
 
-def _fold_rows(data: list[bytes]) -> list[tuple[Any, ...]]:
-    events = []
-    for batch in data:
-        events += decode_batch(batch).events.to_dicts()
-    folded = reference_fold(events)
-    return sorted((k, v["amount_cents"], v["currency"], v["event_day"], v["position"]) for k, v in folded.items())
+def published_rows(lake: Lake, table: str) -> tuple[list[tuple[Any, ...]] | None, bool]:
+    """(rows of the published snapshot, whether the gateway refused the read). A refused read (a pending
+    erasure makes the version unreadable) is re-read from the Delta log, to check the snapshot itself."""
+    pub = lake.published(table)
+    if pub is None or lake.catalog.table(table) is None:
+        return None, False
+    try:
+        return _sorted_rows(lake.read(table)), False
+    except ErasureExposureError:
+        lf = current_rows(_delta.scan(lake.table_uri(table), lake.options, pub.version), lake.table_def(table))
+        return _sorted_rows(lf.collect()), True
 
 
-def referenced_files(lake: Lake) -> set[str]:
+def data_files(lake_dir: Path, table: str) -> list[str]:
+    root = lake_dir / table
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and not p.relative_to(root).as_posix().startswith("_delta_log/"))
+
+
+def outcome(lake_dir: Path, writer: Writer) -> dict[str, Any]:
+    """What a reader sees after the command: the published rows (and the file set, for vacuum)."""
+    lake = Lake.open(lake_dir)
+    rows, refused = published_rows(lake, writer.table)
+    out: dict[str, Any] = {"rows": rows, "refused": refused}
+    if writer.file_set:
+        out["files"] = data_files(lake_dir, writer.table)
+    return out
+
+
+def _versions(lake: Lake, table: str) -> int:
+    if lake.catalog.table(table) is None:
+        return -1
+    latest = lake.latest_version(table)
+    return -1 if latest is None else latest
+
+
+def referenced_files(lake: Lake, table: str = "orders") -> set[str]:
     """Every data file added by any version of the table's log."""
-    uri = lake.table_uri(TABLE)
-    latest = lake.latest_version(TABLE) or 0
+    uri = lake.table_uri(table)
     seen: set[str] = set()
-    for v in range(latest + 1):
+    for v in range(_versions(lake, table) + 1):
         seen.update(e.path for e in _delta.file_entries(uri, lake.options, v))
     return seen
 
 
-def find_orphans(lake: Lake) -> list[str]:
+def find_orphans(lake: Lake, table: str = "orders") -> list[str]:
     """Data files under the table root that no version of its log references (staged, never committed)."""
-    store = lake.table_storage(TABLE)
+    if _versions(lake, table) < 0:
+        return []
+    store = lake.table_storage(table)
     on_disk = {o.path for o in store.list() if not o.path.startswith("_delta_log/")}
-    return sorted(on_disk - referenced_files(lake))
+    return sorted(on_disk - referenced_files(lake, table))
 
 
-def remove_orphans(lake: Lake) -> tuple[str, list[str]]:
-    """Remove staged files of killed runs with `Lake.vacuum` (no grace: no writer is in flight here).
-
-    Falls back to this drill's orphan finder when the lake has no vacuum, and says so; the finder also
-    removes whatever vacuum left, and the drill's `orphans_removed_by_vacuum` check reports that.
-    """
-    orphans = find_orphans(lake)
-    how = "drill orphan finder" if orphans else "nothing to remove"
-    vacuum = getattr(lake, "vacuum", None)
-    if callable(vacuum) and orphans:
-        vacuum(TABLE, apply=True, orphan_grace_hours=0)
+def remove_orphans(lake: Lake, table: str = "orders") -> tuple[str, list[str]]:
+    """`Lake.vacuum(apply=True, orphan_grace_hours=0)` (no writer is in flight here): staged files of
+    killed runs and data files of versions that are not allowed. Files it leaves that no version
+    references are removed by this drill's finder, and the `orphans_removed_by_vacuum` check says so."""
+    orphans = find_orphans(lake, table)
+    how = "nothing to remove"
+    if _versions(lake, table) >= 0:
+        lake.vacuum(table, apply=True, orphan_grace_hours=0)
         how = "Lake.vacuum"
-    store = lake.table_storage(TABLE)
-    for path in find_orphans(lake):
-        how = f"{how} + drill orphan finder" if how == "Lake.vacuum" else how
+    left = find_orphans(lake, table)
+    store = lake.table_storage(table) if left else None
+    for path in left:
+        assert store is not None
         store.delete(path)
+    if left:
+        how += " + drill orphan finder"
     return how, orphans
 
 
-def evidence_check(lake: Lake, version: int) -> list[str]:
+def evidence_check(lake: Lake, version: int, table: str = "orders") -> list[str]:
     """I7: problems with the files `version` references (missing, size or sha256 differing from evidence)."""
-    uri = lake.table_uri(TABLE)
+    if version < 0 or _versions(lake, table) < 0:
+        return []
+    uri = lake.table_uri(table)
     recorded: dict[str, dict[str, Any]] = {}
     for entry in _delta.history(uri, lake.options):
         for f in (entry["evidence"] or {}).get("files", []):
             recorded[f["path"]] = f
-    store = lake.table_storage(TABLE)
+    store = lake.table_storage(table)
     problems = []
     for e in _delta.file_entries(uri, lake.options, version):
         ev = recorded.get(e.path)
@@ -219,20 +512,24 @@ def evidence_check(lake: Lake, version: int) -> list[str]:
     return problems
 
 
-def parent_chain_ok(lake: Lake) -> bool:
+def parent_chain_ok(lake: Lake, table: str = "orders") -> bool:
     """I6: every commit of ours was made on the version right before it."""
-    for entry in _delta.history(lake.table_uri(TABLE), lake.options):
+    if _versions(lake, table) < 0:
+        return True
+    for entry in _delta.history(lake.table_uri(table), lake.options):
         ev = entry["evidence"]
         if ev is not None and "parent" in ev and ev["parent"] != entry["version"] - 1:
             return False
     return True
 
 
-def _pinned_unpublished_refused(lake: Lake, published: int, latest: int) -> bool:
-    if latest <= published:
+def _pinned_unpublished_refused(lake: Lake, table: str) -> bool:
+    pub = lake.published(table)
+    latest = _versions(lake, table)
+    if pub is None or latest <= pub.version:
         return True
     try:
-        lake.read(TABLE, version=latest)
+        lake.read(table, version=latest)
     except DeltaReleaseError:
         return True
     return False
@@ -240,99 +537,220 @@ def _pinned_unpublished_refused(lake: Lake, published: int, latest: int) -> bool
 
 def _commits_of(lake: Lake, batch_id: str) -> int:
     return sum(batch_id in ((e["evidence"] or {}).get("batch_ids", []))
-               for e in _delta.history(lake.table_uri(TABLE), lake.options))
+               for e in _delta.history(lake.table_uri("orders"), lake.options))
 
 
 def _quarantine_rows(lake: Lake, batch_id: str) -> int | None:
     return lake.quarantine.rows(batch_id).height if lake.quarantine.has(batch_id) else None
 
 
+def erased_ids(lake: Lake) -> list[str]:
+    """The drill's subjects that the ledger names (a pending entry counts: the subject is erased)."""
+    subjects = {e.subject for e in lake.erasures.entries()}
+    return [s for s in (ERASED, TARGET) if lake.erasures.subject_key(s) in subjects]
+
+
+def disallowed_files(lake: Lake, table: str = "orders") -> set[str]:
+    """Data files referenced by a version that may not be read (it holds an erased subject)."""
+    from ..erasure.permission import snapshot_allowed
+
+    uri = lake.table_uri(table)
+    out: set[str] = set()
+    for v in range(_versions(lake, table) + 1):
+        if not snapshot_allowed(lake, table, v):
+            out.update(e.path for e in _delta.file_entries(uri, lake.options, v))
+    return out
+
+
+def erased_id_holders(lake_dir: Path, *, allow_disallowed: bool) -> dict[str, list[str]]:
+    """id -> files under the lake outside `_raw/` holding it (all of them read), minus, when
+    `allow_disallowed`, data files of versions that are not allowed (vacuum removes those)."""
+    lake = Lake.open(lake_dir)
+    skip = {f"orders/{p}" for p in disallowed_files(lake)} if allow_disallowed else set()
+    out = {}
+    for subject in erased_ids(lake):
+        held = [p for p in files_holding(lake_dir, subject, skip=("_raw/",)) if p not in skip]
+        if held:
+            out[subject] = held
+    return out
+
+
+def temp_files(lake_dir: Path) -> list[str]:
+    """Temp files left anywhere under the lake (ours `.tmp-*`, delta-rs's `*.tmp`)."""
+    return sorted(p.relative_to(lake_dir).as_posix() for p in lake_dir.rglob("*")
+                  if p.is_file() and (p.name.startswith(".tmp") or p.name.endswith(".tmp")))
+
+
 # -- the drill --------------------------------------------------------------------------------------
-def _base_lake(path: Path) -> Lake:
-    lake = Lake.open(path, clock=CLOCK)
-    lake.ingest(BASE_BATCH)
-    return lake
+def _state(observed: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> str:
+    rows = observed["rows"]
+    if rows == before["rows"]:
+        return BEFORE
+    return COMPLETED if rows == after["rows"] else OTHER
 
 
-def drill_point(root: Path, index: int, point: CrashPoint, batch: Path, *, before: list[tuple[Any, ...]],
-                after: list[tuple[Any, ...]], after_quarantined: int) -> dict[str, Any]:
-    lake_dir = root / f"{index:02d}-{point.name.replace('.', '-')}"
-    base = _base_lake(lake_dir)
-    base_version = base.published(TABLE).version  # type: ignore[union-attr]
-    batch_id = batch_id_of(batch.read_bytes())
-    proc = run_child(lake_dir, batch, point)
+def _rerun_ok(writer: Writer, code: int, out: dict[str, Any]) -> bool:
+    if writer.name == "run":
+        return code == 0 and out.get("decision") == "ship"
+    return code == 0 and "error" not in out
+
+
+def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, base: Path,
+                before: dict[str, Any], after: dict[str, Any], ref_quarantined: int | None) -> dict[str, Any]:
+    lake_dir = scene.root / f"{index:02d}-{re.sub(r'[^A-Za-z0-9]+', '-', point.label)}" / "lake"
+    shutil.copytree(base, lake_dir)
+    argv = writer.argv(lake_dir, scene)
+    started = time.perf_counter()
+    proc = run_child(lake_dir, argv, point)
     killed = proc.returncode == -signal.SIGKILL
+    table = writer.table
+    batch_id = batch_id_of(CRASH_BATCH)
 
-    lake = Lake.open(lake_dir, clock=CLOCK)  # a fresh process's view; SQLite rolls back a hot journal here
-    published = lake.published(TABLE)
-    assert published is not None
-    latest = lake.latest_version(TABLE) or 0
-    rows = _rows(lake)
-    orphans = find_orphans(lake)
-    q_rows = _quarantine_rows(lake, batch_id)
+    lake = Lake.open(lake_dir)  # a fresh process's view; SQLite rolls back a hot journal here
+    seen = outcome(lake_dir, writer)
+    state = _state(seen, before, after)
+    pub = lake.published(table)
+    pub_version = -1 if pub is None else pub.version
+    latest = _versions(lake, table)
+    orphans = find_orphans(lake, table)
+    holders = erased_id_holders(lake_dir, allow_disallowed=True)
+    q_rows = _quarantine_rows(lake, batch_id) if writer.batch else None
     observed = {
-        "returncode": proc.returncode, "raw_kept": any(b.batch_id == batch_id for b in lake.raw.list()),
-        "quarantine_written": q_rows is not None, "staged_orphans": len(orphans),
-        "committed": latest > base_version, "published_version": published.version, "latest_version": latest,
-        "state": "completed" if rows == after else "before" if rows == before else "OTHER",
+        "returncode": proc.returncode, "state": state, "read_refused": seen["refused"],
+        "published_version": pub_version, "latest_version": latest, "committed": latest > pub_version,
+        "staged_orphans": len(orphans), "temp_files": temp_files(lake_dir),
+        "quarantine_written": q_rows is not None,
+        "erased_ids_outside_raw": {"ERASED" if k == ERASED else "TARGET": v for k, v in holders.items()},
     }
     checks = {
         "killed": killed,
-        "snapshot_intact": rows in (before, after),
-        "published_files_match_evidence": not evidence_check(lake, published.version),
-        "latest_files_match_evidence": not evidence_check(lake, latest),
-        "parents_chain": parent_chain_ok(lake),
-        "unpublished_version_refused": _pinned_unpublished_refused(lake, published.version, latest),
-        "staged_files_not_referenced": not (set(orphans) & referenced_files(lake)),
-        "quarantine_complete": q_rows is None or q_rows == after_quarantined,
+        "snapshot_intact": seen["rows"] == before["rows"] or seen["rows"] == after["rows"],
+        "expected_state": state in point.expect,
+        "published_files_match_evidence": not evidence_check(lake, pub_version, table),
+        "latest_files_match_evidence": not evidence_check(lake, latest, table),
+        "parents_chain": parent_chain_ok(lake, table),
+        "unpublished_version_refused": _pinned_unpublished_refused(lake, table),
+        "staged_files_not_referenced": not (set(orphans) & referenced_files(lake, table)) if latest >= 0 else True,
+        "erased_ids_only_in_raw_or_disallowed": not holders,
     }
-    rerun = Lake.open(lake_dir, clock=CLOCK).ingest(batch)
-    lake = Lake.open(lake_dir, clock=CLOCK)
-    final_pub = lake.published(TABLE)
-    assert final_pub is not None
-    checks["rerun_reconciles"] = rerun.accepted + rerun.quarantined == rerun.extracted
-    checks["rerun_reaches_reference_state"] = _rows(lake) == after
-    checks["batch_applied_once"] = _commits_of(lake, batch_id) == 1 and batch_id in applied_batches(lake)
-    checks["rerun_published_latest"] = final_pub.version == lake.latest_version(TABLE)
-    checks["quarantine_after_rerun"] = _quarantine_rows(lake, batch_id) == after_quarantined
-    how, removed = remove_orphans(Lake.open(lake_dir))  # vacuum on the real clock: file times are real
-    checks["orphans_removed"] = not find_orphans(lake)
-    checks["orphans_removed_by_vacuum"] = "finder" not in how or not removed
-    checks["reads_same_after_cleanup"] = _rows(lake) == after
-    checks["files_match_evidence_after_cleanup"] = not evidence_check(lake, final_pub.version)
+    if writer.batch:
+        checks["quarantine_complete"] = q_rows is None or q_rows == ref_quarantined
+
+    code, out = run_cli(lake_dir, argv)
+    lake = Lake.open(lake_dir)
+    final = outcome(lake_dir, writer)
+    pub = lake.published(table)
+    checks["rerun_succeeds"] = _rerun_ok(writer, code, out)
+    checks["rerun_reaches_reference_state"] = final == after
+    checks["rerun_published_latest"] = pub is not None and pub.version == _versions(lake, table)
+    if writer.batch:
+        checks["batch_applied_once"] = _commits_of(lake, batch_id) == 1
+        checks["quarantine_after_rerun"] = _quarantine_rows(lake, batch_id) == ref_quarantined
+    rerun_holders = erased_id_holders(lake_dir, allow_disallowed=True)
+    checks["erased_ids_only_in_raw_or_disallowed_after_rerun"] = not rerun_holders
+
+    how, removed = remove_orphans(Lake.open(lake_dir), table)
+    if table != "orders":  # data files of erased subjects' versions live in orders
+        Lake.open(lake_dir).vacuum("orders", apply=True, orphan_grace_hours=0)
+    lake = Lake.open(lake_dir)
+    pub = lake.published(table)
+    left_temp = temp_files(lake_dir)
+    clean_holders = erased_id_holders(lake_dir, allow_disallowed=False)
+    checks["orphans_removed"] = not find_orphans(lake, table)
+    checks["orphans_removed_by_vacuum"] = "finder" not in how
+    checks["reads_same_after_cleanup"] = outcome(lake_dir, writer)["rows"] == after["rows"]
+    checks["files_match_evidence_after_cleanup"] = not evidence_check(lake, -1 if pub is None else pub.version, table)
+    checks["no_temp_files_after_cleanup"] = not left_temp
+    checks["erased_ids_only_in_raw_after_cleanup"] = not clean_holders
     return {
-        "point": point.name, "step": point.step, "delay_s": point.delay, "observed": observed,
-        "rerun": {"duplicate": rerun.duplicate, "version": rerun.version, "attempts": rerun.attempts},
-        "cleanup": {"by": how, "removed": removed},
-        "checks": checks, "passed": all(checks.values()),
+        "writer": writer.name, "point": point.name, "label": point.label, "step": point.step,
+        "delay_s": point.delay, "expect": sorted(point.expect), "observed": observed,
+        "rerun": {"exit_code": code, "error": (out.get("error") or {}).get("type")},
+        "cleanup": {"by": how, "removed": removed, "temp_files_left": left_temp,
+                    "erased_ids_outside_raw": {"ERASED" if k == ERASED else "TARGET": v
+                                               for k, v in clean_holders.items()}},
+        "checks": checks, "passed": all(checks.values()), "seconds": round(time.perf_counter() - started, 2),
         "child_stderr": proc.stderr.strip().splitlines()[-1:] if not killed else [],
     }
 
 
-def run_crash_drill(uri: str, *, points: tuple[CrashPoint, ...] = POINTS) -> dict[str, Any]:
+def _fold_rows(lake: Lake) -> list[tuple[Any, ...]]:
+    """The reference fold of every accepted event of the base and crash batches, erased subjects out."""
+    events: list[dict[str, Any]] = []
+    for data in (BASE_BATCH, CRASH_BATCH):
+        events += decode_batch(data).events.to_dicts()
+    erased = set(erased_ids(lake))
+    folded = reference_fold([e for e in events if e["order_id"] not in erased])
+    df = pl.DataFrame([{"order_id": k, **{c: v[c] for c in ("amount_cents", "currency", "event_day", "position")}}
+                       for k, v in folded.items()])
+    return _sorted_rows(df)
+
+
+def drill_writer(root: Path, writer: Writer, *, labels: set[str] | None, declared: set[str]) -> dict[str, Any]:
+    scene = Scene(root=root / writer.name)
+    scene.inputs.mkdir(parents=True, exist_ok=True)
+    scene.batch.write_bytes(CRASH_BATCH)
+    base = scene.root / "base" / "lake"
+    writer.setup(base, scene)
+    before = outcome(base, writer)
+    ref_dir = scene.root / "reference" / "lake"
+    shutil.copytree(base, ref_dir)
+    code, out = run_cli(ref_dir, writer.argv(ref_dir, scene))
+    after = outcome(ref_dir, writer)
+    ref_lake = Lake.open(ref_dir)
+    checks = {"reference_run_succeeds": _rerun_ok(writer, code, out), "reference_changes_state": after != before}
+    ref_quarantined = None
+    if writer.batch:
+        ref_quarantined = _quarantine_rows(ref_lake, batch_id_of(CRASH_BATCH))
+        checks["reference_equals_fold"] = after["rows"] == _fold_rows(ref_lake)
+    points, skipped = [], []
+    for i, point in enumerate(writer.points, start=1):
+        if labels is not None and point.label not in labels:
+            continue
+        if not is_declared(point.name, declared):
+            skipped.append({"label": point.label, "step": point.step, "why": "not declared by this build's code"})
+            continue
+        result = drill_point(scene, writer, i, point, base=base, before=before, after=after,
+                             ref_quarantined=ref_quarantined)
+        points.append(result)
+        checks[point.label] = result["passed"]
+    shutil.rmtree(base.parent, ignore_errors=True)
+    return {"writer": writer.name, "summary": writer.summary, "table": writer.table,
+            "command": ["delta-release", "--lake", "LAKE", *writer.argv(ref_dir, scene)],
+            "passed": all(checks.values()), "checks": checks, "points": points, "skipped": skipped,
+            "reference": {"exit_code": code, "rows": None if after["rows"] is None else len(after["rows"])}}
+
+
+SUBSET = {w.name: w.subset for w in WRITERS}
+
+
+def run_crash_drill(uri: str, *, writers: tuple[str, ...] | None = None, subset: bool = False,
+                    labels: dict[str, set[str]] | None = None) -> dict[str, Any]:
+    """The full matrix (every writer, every point its code declares), or `subset=True`: `SUBSET`."""
     if "://" in uri and not uri.startswith("file://"):
         raise InputError("drill crash needs a local scratch lake (it kills local interpreters)", lake=uri)
+    unknown = set(writers or ()) - {w.name for w in WRITERS}
+    if unknown:
+        raise InputError(f"drill crash: unknown writer(s) {sorted(unknown)}; known: {[w.name for w in WRITERS]}")
+    started = time.perf_counter()
     root = prepare_scratch(uri)
-    batch = root / "crash-batch.jsonl"
-    batch.write_bytes(CRASH_BATCH)
-    reference = _base_lake(root / "00-reference")
-    before = _rows(reference)
-    ref_report = reference.ingest(batch)
-    after = _rows(reference)
-    fold = _fold_rows([BASE_BATCH, CRASH_BATCH])
-    results = [drill_point(root, i, p, batch, before=before, after=after,
-                           after_quarantined=ref_report.quarantined)
-               for i, p in enumerate(points, start=1)]
-    checks = {"reference_equals_fold": after == fold and before != after}
+    declared = declared_points()
+    results = []
+    for writer in WRITERS:
+        if writers is not None and writer.name not in writers:
+            continue
+        chosen = (labels or {}).get(writer.name) or (set(writer.subset) if subset else None)
+        results.append(drill_writer(root, writer, labels=chosen, declared=declared))
+    covered = {p.name for w in WRITERS for p in w.points}
+    uncovered = sorted(d for d in declared if not any(is_declared(c, {d}) for c in covered))
+    checks: dict[str, bool] = {"every_declared_point_in_matrix": not uncovered}
     for r in results:
-        label = r["point"] if r["delay_s"] is None else f"{r['point']}@{int(r['delay_s'] * 1000)}ms"
-        checks[label] = r["passed"]
-    outcomes: dict[str, dict[str, int]] = {}
-    for r in results:
-        outcomes.setdefault(r["point"], {}).setdefault(r["observed"]["state"], 0)
-        outcomes[r["point"]][r["observed"]["state"]] += 1
+        checks.update({f"{r['writer']}:{k}": v for k, v in r["checks"].items()})
+    matrix = {r["writer"]: [p["label"] for p in r["points"]] for r in results}
     return {
-        "passed": all(checks.values()), "checks": checks, "points": results, "outcomes": outcomes,
-        "reference": {"rows": len(after), "version": ref_report.version, "extracted": ref_report.extracted,
-                      "accepted": ref_report.accepted, "quarantined": ref_report.quarantined},
+        "drill": "crash", "lake": str(root), "passed": all(checks.values()), "checks": checks,
+        "matrix": matrix, "kills": sum(len(v) for v in matrix.values()),
+        "skipped": {r["writer"]: [s["label"] for s in r["skipped"]] for r in results if r["skipped"]},
+        "uncovered_points": uncovered, "subset": subset, "seconds": round(time.perf_counter() - started, 1),
+        "writers": results,
     }

@@ -77,7 +77,7 @@ def _published(lake: Lake) -> int:
 
 def run_erasure_drill(uri: str) -> dict[str, Any]:
     path = prepare_scratch(uri)
-    lake = Lake.open(path)
+    lake = Lake.create(path)
     ingested = [lake.ingest(b).version for b in BATCHES]
     before = _published(lake)  # the last version before the erasure (holds a tombstone)
     others_before = sorted(set(lake.read(version=before)["order_id"].to_list()) - {SUBJECT})

@@ -123,7 +123,7 @@ def _per(counts: dict[str, int], runs: int) -> dict[str, float]:
 
 def run_freshness_drill(uri: str, *, runs: int = 20) -> dict[str, Any]:
     root = prepare_scratch(uri)
-    lake = Lake.open(root)
+    lake = Lake.create(root)
     storage = lake.table_storage(TABLE)
     checks: dict[str, bool] = {}
     out: dict[str, Any] = {"lake": str(root), "table": TABLE, "predicate": PREDICATE}

@@ -12,7 +12,11 @@ MARKER = ".drill-scratch"
 
 def prepare_scratch(uri: str) -> Path:
     """Return an empty directory for a drill lake. Refuses to wipe a directory that is not a scratch lake."""
+    if "://" in uri or not uri.strip():
+        raise InputError(f"a drill needs a local scratch directory, not {uri!r}", lake=uri)
     path = Path(uri)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"drill needs a scratch lake: {path} is not a directory", lake=str(path))
     if path.exists() and any(path.iterdir()):
         if not (path / MARKER).exists():
             raise InputError(f"drill needs a scratch lake: {path} already holds data that is not a drill's",

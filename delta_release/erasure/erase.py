@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from .. import _delta
+from ..arguments import finite
 from ..clock import iso
 from ..commit.writer import Change, Plan, replace_partitions, write
 from ..context import LakeContext, TableContext
@@ -127,6 +128,9 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
                   backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
     """Erase one subject (an order id) from `table`; see the module docstring for the steps."""
     order_id = _check_id(order_id)
+    raw_retention_days = finite("raw_retention_days", raw_retention_days)
+    if backup_expiry_days is not None:
+        backup_expiry_days = finite("backup_expiry_days", backup_expiry_days)
     tdef = lake.table_def(table)
     if not tdef.key:
         raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)

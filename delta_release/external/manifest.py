@@ -25,9 +25,10 @@ import pyarrow.parquet as pq
 
 from .. import _delta
 from ..errors import InputError
-from ..stage.candidate import file_stats, footer_stats
+from ..stage.candidate import file_stats
 from ..storage import Storage
 from ..tables import TableDef
+from .filecheck import LazyStats, SchemaCheck, inspect_files
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -150,6 +151,10 @@ def load_manifest(path: str | os.PathLike[str], tables: dict[str, TableDef]) -> 
         doc = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"manifest {p}: not valid JSON ({exc})", file=str(p)) from exc
+    except RecursionError:  # e.g. 100,000 nested arrays: no manifest is nested more than 3 levels
+        raise InputError(f"manifest {p}: nested too deeply to be a manifest", file=str(p)) from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise InputError(f"manifest {p}: not a valid manifest value ({exc})", file=str(p)) from None
     return parse_manifest(doc, source=str(p), tables=tables)
 
 
@@ -245,32 +250,35 @@ def gate_manifest(lake: LakeContext, manifest: Manifest) -> GateReport:
         else:
             report.note(report.unexpected, path, "on storage but not in the manifest, and never registered")
     expected_schema = tdef.file_schema()
+    schema_ok = SchemaCheck(expected_schema)
+    report.stats = stats = LazyStats(expected_schema.names, lambda path: file_stats(
+        pq.read_table(io.BytesIO(storage.read_bytes(path))).cast(expected_schema)))
+    present = [f for f in manifest.files if f.path in inventory]
     for f in manifest.files:
         if f.path not in inventory:
             report.note(report.missing, f.path, "not on storage")
-            continue
+    # read + sha256 + footer of every present file on a thread pool (filecheck.py), checked in order
+    for f, facts in zip(present, inspect_files(storage, [f.path for f in present]), strict=True):
         if inventory[f.path] != f.size_bytes:
             report.note(report.size_mismatch, f.path, f"expected {f.size_bytes} bytes, found {inventory[f.path]}")
-        data = storage.read_bytes(f.path)
         lake.gateway.requests.object_reads += 1
-        digest = hashlib.sha256(data).hexdigest()
+        digest = facts.sha256
         if digest != f.sha256:
             report.note(report.checksum_mismatch, f.path, f"expected sha256 {f.sha256[:16]}..., found {digest[:16]}...")
         elif known.get(f.path) not in (None, f.sha256):
             report.note(report.checksum_mismatch, f.path, "an immutable name registered before with other content")
-        try:  # the footer answers count, schema and (usually) stats without decoding the data
-            meta = pq.read_metadata(io.BytesIO(data))
-            schema = meta.schema.to_arrow_schema()
-        except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
-            report.note(report.count_mismatch, f.path, f"parquet footer cannot be read: {type(exc).__name__}")
+        meta = facts.meta
+        if meta is None:  # the footer answers count, schema and (usually) stats without decoding the data
+            report.note(report.count_mismatch, f.path, f"parquet footer cannot be read: {facts.error}")
             continue
         if meta.num_rows != f.records:
             report.note(report.count_mismatch, f.path, f"expected {f.records} records, found {meta.num_rows}")
-        if not _same_schema(schema, expected_schema):
+        ok, names = schema_ok(meta)
+        if not ok:
             report.note(report.schema_mismatch, f.path, f"expected columns {expected_schema.names} with the "
-                        f"table's types, found {schema.names}")
+                        f"table's types, found {names}")
             continue
-        report.stats[f.path] = footer_stats(meta) or file_stats(pq.read_table(io.BytesIO(data)).cast(expected_schema))
+        stats.keep(f.path, meta)
     return report
 
 

@@ -17,6 +17,7 @@ import polars as pl
 from .. import _delta
 from ..clock import iso
 from ..erasure.permission import check_snapshot
+from ..erasure.vacuumlog import check_readable
 from ..errors import FreshnessError, InputError, NotFoundError
 from ..views import current_rows
 from .cache import CachedTable, Requests
@@ -105,6 +106,8 @@ class Gateway:
             raise NotFoundError(f"version {version} of {table} is not published (published: {cached.version})",
                                 table=table, version=version, published=cached.version)
         check_snapshot(self.lake, table, version)
+        if version != cached.version:  # vacuum never removes the published version's files
+            check_readable(self.lake, table, version)
         return cached.location, version
 
     def files(self, table: str, version: int | None = None) -> list[_delta.FileEntry]:

@@ -24,6 +24,7 @@ from ..commit.writer import Change, ExistingFile, Plan, partition_text, write
 from ..context import LakeContext, TableContext
 from ..erasure.lineage import Lineage, table_lineage
 from ..erasure.permission import exposing_entries, exposure_error
+from ..erasure.vacuumlog import check_readable
 from ..errors import GateError, InputError
 from ..evidence import FileRecord
 from ..stage import partition_dir
@@ -105,6 +106,7 @@ class RestorePlan(Plan):
         if to < 0 or to >= parent:
             raise InputError(f"rollback target must be an earlier version of {table}: expected 0 to {parent - 1},"
                              f" found {to}", table=table, version=to, latest=parent)
+        check_readable(lake, table, to, action="rolling back to")  # vacuumed: nothing left to restore
         exposing = exposing_entries(lake, table, to)
         if exposing and not self.repair_forward:
             err = exposure_error(table, to, len(exposing), action="rolling back to")

@@ -20,8 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
+from ..arguments import finite
 from ..erasure.lineage import table_lineage
 from ..erasure.permission import snapshot_allowed
+from ..erasure.vacuumlog import record_vacuum
+from ..errors import InputError
+from ..faults import crash_point
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -44,6 +48,7 @@ class VacuumReport:
     kept: list[dict[str, Any]] = field(default_factory=list)
     kept_current: int = 0
     bytes_removed: int = 0
+    vacuum_id: str | None = None  # the record of this run under _vacuum/ (vacuumlog.py), when it removed files
 
     def to_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -54,7 +59,8 @@ class VacuumReport:
                 "needed_versions": {str(v): r for v, r in sorted(self.needed_versions.items())},
                 "refused_versions": self.refused_versions, "removed": self.removed,
                 "removed_by_reason": dict(sorted(counts.items())), "kept": self.kept,
-                "kept_current": self.kept_current, "bytes_removed": self.bytes_removed}
+                "kept_current": self.kept_current, "bytes_removed": self.bytes_removed,
+                "vacuum_id": self.vacuum_id}
 
 
 def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime | None]]:
@@ -79,6 +85,11 @@ def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime
 def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = False,
                  retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
                  orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
+    replay_horizon_hours = finite("replay_horizon_hours", replay_horizon_hours)
+    orphan_grace_hours = finite("orphan_grace_hours", orphan_grace_hours)
+    if isinstance(retain_versions, bool) or not isinstance(retain_versions, int) or retain_versions < 0:
+        raise InputError(f"retain_versions must be an integer >= 0, found {retain_versions!r}",
+                         argument="retain_versions")
     lineage = table_lineage(lake, table)
     latest = lineage.latest
     pub = lake.published(table)
@@ -128,7 +139,11 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
     report.removed.sort(key=lambda r: (r["reason"] != "erased_subject", r["path"]))
     report.bytes_removed = sum(r["size"] for r in report.removed)
     if apply:
+        record = record_vacuum(lake, table, lineage, [r["path"] for r in report.removed])
+        report.vacuum_id = None if record is None else record["vacuum"]
         store = lake.table_storage(table)
-        for item in report.removed:
+        for i, item in enumerate(report.removed):
             store.delete(item["path"])
+            if i == 0:
+                crash_point("vacuum.after_first_remove")
     return report

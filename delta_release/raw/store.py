@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from ..clock import iso
-from ..errors import DeltaReleaseError, NotFoundError
+from ..errors import DeltaReleaseError, InputError, NotFoundError
 from ..storage import Storage
 
 PREFIX = "_raw"
@@ -61,6 +65,13 @@ class RawStore:
             record = self.get(sha[:16])
         return record, created
 
+    def put_file(self, path: str | os.PathLike[str], *, sha256: str, extracted: int, schema_versions: list[int],
+                 received: datetime) -> tuple[RawBatch, bool]:
+        """Store a batch file if new, streaming it (see `_put_file`). Returns its record and whether this
+        call stored it."""
+        return _put_file(self, path, sha256=sha256, extracted=extracted, schema_versions=schema_versions,
+                         received=received)
+
     def _sha_for(self, batch_id: str) -> str:
         for obj in self._storage.list(PREFIX, recursive=False):
             name = obj.path.rsplit("/", 1)[-1]
@@ -91,3 +102,59 @@ class RawStore:
                 sha = obj.path.rsplit("/", 1)[-1].removesuffix(".jsonl")
                 out.append(self.get(sha[:16]))
         return sorted(out, key=lambda b: (b.received, b.batch_id))
+
+
+COPY_BLOCK = 8 << 20
+
+
+def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, extracted: int,
+              schema_versions: list[int], received: datetime) -> tuple[RawBatch, bool]:
+    """`RawStore.put_file`: copy a batch file into the store in blocks (memory: one block), under the
+    sha256 the caller computed while decoding; the copy is hashed again, so a file that changed in between
+    is refused rather than stored under the wrong name."""
+    storage = store._storage
+    rel = store._data_path(sha256)
+    size = Path(path).stat().st_size
+    if storage.exists(rel):
+        created = False
+    elif storage.is_local:
+        final = storage.local_path(rel)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
+        try:
+            with open(path, "rb") as src, open(tmp, "wb") as out:
+                digest = _copy(src, out)
+                out.flush()
+                os.fsync(out.fileno())
+            _check_same(digest, sha256, path)
+            try:
+                os.link(tmp, final)  # write-once: fails if another writer stored the same name first
+                created = True
+            except FileExistsError:
+                created = False
+        finally:
+            tmp.unlink(missing_ok=True)
+    else:
+        with open(path, "rb") as src, storage.fs.open_output_stream(storage.uri(rel).removeprefix("s3://")) as out:
+            digest = _copy(src, out)
+        _check_same(digest, sha256, path)
+        created = True
+    record = RawBatch(batch_id=sha256[:16], sha256=sha256, size=size, extracted=extracted,
+                      received=iso(received), schema_versions=list(schema_versions))
+    meta = json.dumps(asdict(record), sort_keys=True).encode()
+    if not storage.write_once(store._meta_path(sha256), meta) and not created:
+        record = store.get(sha256[:16])
+    return record, created
+
+
+def _copy(src: BinaryIO, out: Any) -> str:
+    digest = hashlib.sha256()
+    while block := src.read(COPY_BLOCK):
+        digest.update(block)
+        out.write(block)
+    return digest.hexdigest()
+
+
+def _check_same(digest: str, sha256: str, path: str | os.PathLike[str]) -> None:
+    if digest != sha256:
+        raise InputError(f"batch file changed while it was being ingested: {path}", path=str(path))

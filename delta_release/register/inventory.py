@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 from .. import _delta
 from ..errors import GateError
 from ..storage import Storage
-from .log import read_log
+from .log import LogParseError, read_log, version_deletion_vectors
+from .paths import is_absolute, table_relative
+from .problems import LogProblemError, log_guard
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +31,7 @@ class InventoryReport:
     size_mismatch: list[str] = field(default_factory=list)
     external: list[str] = field(default_factory=list)  # absolute references outside the table root
     unreferenced: list[str] = field(default_factory=list)
+    unreadable_log: list[str] = field(default_factory=list)  # superseded log files that do not parse
     digest: str = ""
 
     @property
@@ -40,7 +42,7 @@ class InventoryReport:
         return {"ok": self.ok, "location": self.location, "version": self.version, "files": self.files,
                 "bytes": self.bytes, "deletion_vectors": self.deletion_vectors, "missing": self.missing,
                 "size_mismatch": self.size_mismatch, "external": self.external,
-                "unreferenced": self.unreferenced, "digest": self.digest}
+                "unreferenced": self.unreferenced, "unreadable_log": self.unreadable_log, "digest": self.digest}
 
     def raise_for_failure(self, table: str) -> None:
         if self.ok:
@@ -61,20 +63,24 @@ def _is_data_path(rel: str) -> bool:
 
 
 def _relative(storage: Storage, path: str) -> str | None:
-    """`path` relative to the table root, or None when it is an absolute reference outside it."""
-    if "://" not in path and not path.startswith("/"):
-        return path
-    root = storage.root.rstrip("/") + "/"
-    for candidate in (path, path.removeprefix("file://"), unquote(path.removeprefix("file://"))):
-        if candidate.startswith(root):
-            return candidate[len(root):]
-    return None
+    """A log path relative to the table root, decoded as the protocol says; None when outside it."""
+    return table_relative(path, storage.root)
 
 
-def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True) -> InventoryReport:
-    """Compare what `version` of the table at `storage` references with what is on storage."""
-    entries = _delta.file_entries(storage.root, storage.storage_options, version)
-    log = read_log(storage, upto=None if unreferenced else version)
+def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True,
+                    table: str | None = None) -> InventoryReport:
+    """Compare what `version` of the table at `storage` references with what is on storage.
+
+    The live files come from deltalake's log replay; a log it cannot replay is refused (LogProblemError,
+    exit 3) with the reason.
+    """
+    name = table or storage.root
+    with log_guard(name, version):
+        entries = _delta.file_entries(storage.root, storage.storage_options, version)
+    try:
+        vectors = version_deletion_vectors(storage, version)
+    except LogParseError as exc:
+        raise LogProblemError(name, version, "corrupt_log", f"{exc.path}: {exc.detail}") from exc
     listing = {o.path: o.size for o in storage.list("")}
     missing: list[str] = []
     wrong: list[str] = []
@@ -94,11 +100,11 @@ def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True
             missing.append(rel)
         elif found != entry.size:
             wrong.append(rel)
-        dv = log.deletion_vectors.get(rel)
+        dv = vectors.get(rel)
         if dv is None:
             continue
         dv_count += 1
-        dv_rel = _relative(storage, dv.path)
+        dv_rel = _relative(storage, dv.path) if is_absolute(dv.path) else dv.path
         if dv_rel is None:
             external.append(dv.path)
             continue
@@ -109,10 +115,12 @@ def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True
         elif dv_size < dv.needed_bytes:
             wrong.append(dv_rel)
     stray: list[str] = []
+    unreadable: list[str] = []
     if unreferenced:
-        referenced = {r for r in (_relative(storage, p) for p in log.referenced) if r is not None}
-        stray = sorted(p for p in listing if _is_data_path(p) and p not in referenced)
+        log = read_log(storage)
+        unreadable = log.unreadable
+        stray = sorted(p for p in listing if _is_data_path(p) and p not in log.referenced)
     return InventoryReport(location=storage.root, version=version, files=len(entries), bytes=total,
                            deletion_vectors=dv_count, missing=sorted(set(missing)),
                            size_mismatch=sorted(set(wrong)), external=sorted(set(external)),
-                           unreferenced=stray, digest=digest.hexdigest())
+                           unreferenced=stray, unreadable_log=unreadable, digest=digest.hexdigest())

@@ -1,10 +1,16 @@
-"""Reading registered tables: Polars where it reads the table correctly, DuckDB's delta extension where not.
+"""Reading registered tables: an engine that reads this version correctly, or a refusal with the reasons.
 
 Polars (through delta-rs) refuses column mapping and some reader features, and silently clamps INT96
 timestamps beyond 2262-04-11 (the nanosecond range) to that date. The gateway therefore looks at the
-table's protocol and its file statistics before choosing a reader: a table Polars would misread goes to
-DuckDB's delta extension (its own log replay and parquet reader), or, when that is not installed, the
-read is refused with the reasons. It never returns silently wrong values.
+table's protocol and at its data before choosing a reader. The range of INT96 columns is decided from the
+log's statistics where the writer recorded them and from the data itself where it did not (the footer says
+which columns are INT96; those columns are read at microsecond precision and their range checked).
+
+Engines, in order: Polars where nothing above applies; DuckDB's delta extension (its own log replay and
+parquet reader); deltalake's own scan (column mapping and deletion vectors, but INT96 wraps like Polars, so
+never where an INT96 range is at risk). DuckDB and deltalake answers are checked against the log: a
+partition column that comes back NULL where the log has a value (DuckDB does this under column mapping
+`id`/`name`) disqualifies that engine for the table. No engine left: the read is refused (exit 3).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from .. import _delta
 from ..errors import InputError, SafetyError
 from ..storage import Storage
 from .inventory import check_inventory
+from .paths import table_relative
+from .problems import classify, log_guard
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -34,16 +42,16 @@ class UnreadableTableError(SafetyError):
     """No installed engine can read this version of a table correctly."""
 
     def __init__(self, table: str, version: int, reasons: list[str]) -> None:
-        super().__init__(f"table {table} version {version} cannot be read correctly by Polars ("
-                         f"{'; '.join(reasons)}) and DuckDB's delta extension is not installed: {INSTALL_HINT}",
-                         table=table, version=version, reasons=reasons)
+        hint = "" if duckdb_delta_available() else f"; DuckDB's delta extension is not installed: {INSTALL_HINT}"
+        super().__init__(f"table {table} version {version} cannot be read correctly by any installed engine ("
+                         f"{'; '.join(reasons)}){hint}", table=table, version=version, reasons=reasons)
         self.table = table
         self.version = version
         self.reasons = reasons
 
 
-def polars_limits(storage: Storage, version: int) -> list[str]:
-    """Reasons why Polars would refuse or misread `version` of the table at `storage` (empty: it reads it)."""
+def feature_limits(storage: Storage, version: int) -> list[str]:
+    """Protocol features Polars (delta-rs' file list + Polars' parquet reader) does not read."""
     facts = _delta.table_configuration(storage.root, storage.storage_options, version)
     reasons: list[str] = []
     mode = facts["configuration"].get("delta.columnMapping.mode", "none")
@@ -51,39 +59,65 @@ def polars_limits(storage: Storage, version: int) -> list[str]:
         reasons.append(f"column mapping mode {mode!r}")
     known = {"deletionVectors", "timestampNtz"} | ({"columnMapping"} if reasons else set())
     reasons += [f"reader feature {f!r}" for f in sorted(set(facts["reader_features"]) - known)]
-    if reasons:
-        return reasons
+    return reasons
+
+
+def value_risks(storage: Storage, version: int) -> list[str]:
+    """Values Polars and deltalake would silently get wrong at `version` (INT96 beyond 1677..2262)."""
     schema = _delta.arrow_schema(storage.root, storage.storage_options, version)
     stamps = [f.name for f in schema if pa.types.is_timestamp(f.type)]
-    if stamps:
-        reasons += _timestamp_risks(storage, version, stamps)
-    return reasons
+    return _timestamp_risks(storage, version, stamps) if stamps else []
+
+
+def polars_limits(storage: Storage, version: int) -> list[str]:
+    """Reasons why Polars would refuse or misread `version` of the table at `storage` (empty: it reads it)."""
+    return feature_limits(storage, version) or value_risks(storage, version)
 
 
 def _timestamp_risks(storage: Storage, version: int, columns: list[str]) -> list[str]:
     actions = _delta.add_actions_table(storage.root, storage.storage_options, version).to_pylist()
-    reasons: list[str] = []
-    unproven: set[str] = set()
+    unproven: dict[str, list[str]] = {}  # file -> timestamp columns its statistics do not bound
     for col in columns:
         for row in actions:
             lo, hi = row.get(f"min.{col}"), row.get(f"max.{col}")
             if lo is None and hi is None:
-                if (row.get("num_records") or 0) > (row.get(f"null_count.{col}") or 0):
-                    unproven.add(row["path"])
+                records, nulls = row.get("num_records"), row.get(f"null_count.{col}")
+                if records is None or nulls is None or records > nulls:  # no statistics: the data decides
+                    unproven.setdefault(row["path"], []).append(col)
                 continue
             if any(_outside(v) for v in (lo, hi) if v is not None):
-                reasons.append(f"column {col} holds timestamps outside {NS_MIN.date()}..{NS_MAX.date()}"
-                               " (Polars would clamp them)")
-                break
-    for path in sorted(unproven)[:50]:  # files without statistics: look for INT96 in their footers
-        with storage.open_input(path) as handle:
-            meta = pq.ParquetFile(handle).schema
-        if any(meta.column(i).physical_type == "INT96" for i in range(len(meta))):
-            reasons.append(f"INT96 timestamps without statistics in {path}")
-            break
-    return reasons
+                return [f"column {col} holds timestamps outside {NS_MIN.date()}..{NS_MAX.date()}"
+                        " (Polars would clamp them)"]
+    for path, cols in sorted(unproven.items()):
+        found = _int96_outside(storage, path, cols)
+        if found:
+            return [f"column {found} holds timestamps outside {NS_MIN.date()}..{NS_MAX.date()} in {path}"
+                    " (no statistics; read from the file; Polars would clamp them)"]
+    return []
 
 
+def _int96_outside(storage: Storage, log_path: str, columns: list[str]) -> str | None:
+    """The first of `columns` stored as INT96 in the file whose values leave the nanosecond range."""
+    rel = table_relative(log_path, storage.root)
+    if rel is None:
+        return None  # outside the root: the inventory gate has already refused it
+    with storage.open_input(rel) as handle:
+        parquet = pq.ParquetFile(handle, coerce_int96_timestamp_unit="us")  # not ns: 9999-12-31 must not wrap
+        meta = parquet.schema
+        int96 = {meta.column(i).path.split(".")[0] for i in range(len(meta)) if meta.column(i).physical_type == "INT96"}
+        if not int96:
+            return None
+        # Column mapping renames physical columns; then every INT96 column is checked.
+        wanted = [c for c in columns if c in int96] or sorted(int96)
+        table = parquet.read(columns=wanted, use_threads=False)
+    for name in wanted:
+        column = table.column(name)
+        if not pa.types.is_timestamp(column.type):
+            continue
+        for value in column.to_pylist():
+            if value is not None and _outside(value):
+                return name
+    return None
 def _outside(value: Any) -> bool:
     if not isinstance(value, dt.datetime):
         return False
@@ -123,39 +157,121 @@ def read_duckdb_delta(uri: str, version: int) -> pl.DataFrame:
         con.close()
 
 
+def read_deltalake(uri: str, options: dict[str, str], version: int) -> pl.DataFrame:
+    """`version` read by deltalake's own scan (column mapping, deletion vectors)."""
+    frame = pl.from_arrow(_delta.query_all(uri, options, version))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def partition_problems(storage: Storage, version: int, frame: pl.DataFrame) -> list[str]:
+    """Partition columns an engine's answer gets wrong against the log's partition values.
+
+    A row can only be NULL in a partition column when it comes from a file whose partition value is null;
+    rows per file come from the log's record count, or the file's parquet footer where the log has none.
+    """
+    columns = _delta.partition_columns_at(storage.root, storage.storage_options, version)
+    if not columns:
+        return []
+    entries = _delta.file_entries(storage.root, storage.storage_options, version)
+    problems: list[str] = []
+    for col in columns:
+        if col not in frame.columns:
+            problems.append(f"partition column {col} is missing from the answer")
+            continue
+        null_files = [e for e in entries if e.partition_values.get(col) is None]
+        allowed = sum(_rows(storage, e) for e in null_files)
+        nulls = frame[col].null_count()
+        if nulls > allowed:
+            problems.append(f"partition column {col} came back NULL in {nulls} rows, the log allows {allowed}")
+    return problems
+
+
+def _rows(storage: Storage, entry: _delta.FileEntry) -> int:
+    if entry.num_records is not None:
+        return int(entry.num_records)
+    rel = table_relative(entry.path, storage.root)
+    if rel is None:
+        return 0
+    with storage.open_input(rel) as handle:
+        return int(pq.ParquetFile(handle).metadata.num_rows)
+
+
+def _candidates(storage: Storage, version: int, prefer: str) -> tuple[list[str], list[str]]:
+    """Engines that may read this version, best first, and why the others may not."""
+    features = feature_limits(storage, version)
+    risks = value_risks(storage, version)
+    engines: list[str] = []
+    if not features and not risks:
+        engines.append("polars")
+    if duckdb_delta_available():
+        engines.append("duckdb-delta")
+    if not risks:
+        engines.append("deltalake")
+    if prefer == "duckdb":
+        engines = ["duckdb-delta"] if duckdb_delta_available() else []
+    return engines, features + risks
+
+
+def _read(engine: str, storage: Storage, uri: str, options: dict[str, str], version: int) -> pl.DataFrame:
+    if engine == "duckdb-delta":
+        return read_duckdb_delta(uri, version)
+    return read_deltalake(uri, options, version)
+
+
+def read_checked(storage: Storage, table: str, version: int, *, prefer: str = "polars",
+                 options: dict[str, str] | None = None) -> tuple[pl.LazyFrame, str]:
+    """The rows of `version` from the first engine that reads them correctly, and that engine's name."""
+    uri, options = storage.root, dict(options or storage.storage_options)
+    with log_guard(table, version):
+        check_inventory(storage, version, unreferenced=False, table=table).raise_for_failure(table)
+        engines, reasons = _candidates(storage, version, prefer)
+        refusals = list(reasons) if "polars" not in engines else []
+        for engine in engines:
+            if engine == "polars":
+                return _delta.scan(uri, options, version), engine
+            try:
+                frame = _read(engine, storage, uri, options, version)
+            except Exception as exc:  # noqa: BLE001 - an engine that fails is not used; the reason is kept
+                if _delta.is_delta_error(exc):
+                    reason = classify(str(exc))
+                    if reason is not None and not reason.startswith("unsupported_feature"):
+                        raise  # the log itself is damaged: log_guard refuses with the reason
+                refusals.append(f"{engine} failed: {type(exc).__name__}: {_first_line(exc)}")
+                continue
+            wrong = partition_problems(storage, version, frame)
+            if not wrong:
+                return frame.lazy(), engine
+            refusals += [f"{engine}: {w}" for w in wrong]
+    if prefer == "duckdb" and not duckdb_delta_available():
+        raise InputError("the duckdb engine for registered tables needs the duckdb-ext-delta wheel"
+                         " (pip install '.[interop]')", table=table)
+    raise UnreadableTableError(table, version, refusals)
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((x.strip() for x in str(exc).splitlines() if x.strip()), "")[:200]
+
+
 def scan_registered(lake: LakeContext, table: str, version: int | None) -> pl.LazyFrame:
     """Resolve through the gateway, re-check the version's inventory, then read with an engine that is right."""
     uri, version = lake.gateway.resolve(table, version)
-    storage = Storage(uri, lake.options)
-    check_inventory(storage, version, unreferenced=False).raise_for_failure(table)
-    reasons = polars_limits(storage, version)
-    if not reasons:
-        return _delta.scan(uri, lake.options, version)
-    if not duckdb_delta_available():
-        raise UnreadableTableError(table, version, reasons)
-    return read_duckdb_delta(uri, version).lazy()
+    return read_checked(Storage(uri, lake.options), table, version, options=lake.options)[0]
 
 
-def reader_for(storage: Storage, version: int) -> dict[str, Any]:
-    """Which engine the gateway reads this version with, and why."""
-    reasons = polars_limits(storage, version)
-    engine = "polars" if not reasons else ("duckdb-delta" if duckdb_delta_available() else None)
-    return {"engine": engine, "polars_limits": reasons}
+def reader_for(storage: Storage, version: int, table: str | None = None) -> dict[str, Any]:
+    """Which engine the gateway would try first for this version, and why Polars cannot (if it cannot)."""
+    with log_guard(table or storage.root, version):
+        engines, reasons = _candidates(storage, version, "polars")
+    return {"engine": engines[0] if engines else None, "polars_limits": reasons}
 
 
 def read_registered(lake: LakeContext, table: str, version: int | None, *, engine: str) -> tuple[pl.DataFrame, str]:
     """Read a registered table with the engine asked for; returns the rows and the engine that read them.
 
-    `polars` may still be answered by DuckDB's delta extension where Polars would be wrong (the reasons are
-    in `reader_for`); `duckdb` always reads through DuckDB's delta extension, after the same checks.
+    `polars` may be answered by another engine where Polars would be wrong; `duckdb` reads through
+    DuckDB's delta extension only, after the same checks, and is refused where DuckDB would be wrong.
     """
     uri, version = lake.gateway.resolve(table, version)
-    storage = Storage(uri, lake.options)
-    if engine == "duckdb":
-        check_inventory(storage, version, unreferenced=False).raise_for_failure(table)
-        if not duckdb_delta_available():
-            raise InputError("the duckdb engine for registered tables needs the duckdb-ext-delta wheel"
-                             " (pip install '.[interop]')", table=table)
-        return read_duckdb_delta(uri, version), "duckdb-delta"
-    used = reader_for(storage, version)["engine"] or "polars"
-    return scan_registered(lake, table, version).collect(), used
+    frame, used = read_checked(Storage(uri, lake.options), table, version, prefer=engine, options=lake.options)
+    return frame.collect(), used

@@ -15,6 +15,7 @@ from .. import _delta
 from ..errors import InputError, NotFoundError
 from ..storage import Storage
 from .inventory import InventoryReport, check_inventory
+from .problems import log_guard
 from .reader import reader_for
 
 if TYPE_CHECKING:
@@ -50,12 +51,13 @@ def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
     if existing is not None and (existing.kind != KIND or existing.location != storage.root):
         raise InputError(f"table {name} is already in the catalog at {existing.location} (kind {existing.kind})",
                          table=name, location=existing.location, kind=existing.kind)
-    version = _delta.latest_version(storage.root, lake.options)
+    with log_guard(name, None):
+        version = _delta.latest_version(storage.root, lake.options)
     if version is None:
         raise NotFoundError(f"no Delta table at {storage.root}", uri=storage.root)
-    report = check_inventory(storage, version)
+    report = check_inventory(storage, version, table=name)
     report.raise_for_failure(name)
-    reader = reader_for(storage, version)
+    reader = reader_for(storage, version, name)
     lake.catalog.register(name, location=storage.root, kind=KIND)
     pub = lake.publish_version(name, version, digest=report.digest)
     return Registration(table=name, location=storage.root, version=pub.version, generation=pub.generation,

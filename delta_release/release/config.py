@@ -69,11 +69,12 @@ class ReleaseConfig:
     checks: list[str]
     packet_dir: Path
     secret_names: list[str] = field(default_factory=list)
+    create_lake: bool = False  # lake.create: the run may create a lake at lake.uri (default: refuse)
 
 
 # the schema: key -> type (or nested dict); lists are (list, item type)
 _SCHEMA: dict[str, Any] = {
-    "lake": {"uri": str, "storage_options": dict},
+    "lake": {"uri": str, "storage_options": dict, "create": bool},
     "tables": (list, str),
     "sources": {"batches": (list, str), "manifests": (list, str)},
     "release": {"window_days": int},
@@ -200,4 +201,5 @@ def load_release_config(path: str | os.PathLike[str]) -> ReleaseConfig:
         schema_fixtures={2: rel(fixtures["v2"]), 3: rel(fixtures["v3"])},
         audit=AuditCheck(days=days, max_fraction=float(_require(doc, "checks.audit.max_fraction", file))),
         checks=enabled, packet_dir=rel(_require(doc, "packet.directory", file)), secret_names=secret_names,
+        create_lake=bool(doc["lake"].get("create", False)),
     )

@@ -16,6 +16,7 @@ from ..lake import Lake
 from ..stats import p95
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
+from .lakeopen import open_run_lake
 from .packet import cost, pending_evidence, rollback_plan, write_packet
 from .report import render_report
 
@@ -55,7 +56,9 @@ def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[st
 
 def run_release(config_path: str, *, clock: Clock | None = None, progress: Progress = _quiet) -> dict[str, Any]:
     cfg = load_release_config(config_path)
-    lake = Lake.open(cfg.lake_uri, storage_options=cfg.storage_options, clock=clock)
+    lake = open_run_lake(cfg, clock)
+    if lake.created:
+        progress(f"created a new lake at {lake.storage.root} (lake.create: true)")
     now = lake.clock.now()
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
@@ -100,6 +103,7 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "run_id": run_id,
         "created": iso(now),
         "config": {"path": str(cfg.path), "checks": cfg.checks},
+        "lake_created": lake.created,
         "decision": decision,
         "failed_checks": failed,
         "checks": {r.name: r.to_json() for r in results},
@@ -131,7 +135,7 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
             "snapshot": {"table": "orders", "version": candidate,
                          "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results}}
+            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "lake_created": lake.created}
 
 
 def _version(pub: Any) -> int | None:

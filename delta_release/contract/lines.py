@@ -1,0 +1,116 @@
+"""Lines of a batch, read in bounded chunks.
+
+A batch is split on '\\n'; a trailing newline ends the last line; one '\\r' before a '\\n' is part of the
+terminator (CRLF); a UTF-8 BOM at the very start of the batch is skipped. These are the rules of
+`split_lines`, applied to a stream: `iter_chunks` yields runs of whole lines of about `chunk_bytes`, and a
+line longer than the limit is never held whole: its bytes are counted and dropped as they stream past,
+and it is reported as a `LongLine` (line number, byte offset and length in the batch).
+
+The maximum line length is `MAX_LINE_BYTES` (1 MiB) unless the environment sets
+`DELTA_RELEASE_MAX_LINE_BYTES`; callers may also pass `max_line_bytes`. Lengths count the line's bytes
+without its terminator. A line of exactly the limit is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+BOM = b"\xef\xbb\xbf"
+MAX_LINE_BYTES = 1 << 20
+CHUNK_BYTES = 16 << 20
+ENV_MAX_LINE = "DELTA_RELEASE_MAX_LINE_BYTES"
+
+
+def max_line_bytes(value: int | None = None) -> int:
+    """The line-length limit in force: `value`, else $DELTA_RELEASE_MAX_LINE_BYTES, else 1 MiB."""
+    if value is None:
+        env = os.environ.get(ENV_MAX_LINE, "").strip()
+        if not env:
+            return MAX_LINE_BYTES
+        try:
+            value = int(env)
+        except ValueError:
+            from ..errors import InputError
+
+            raise InputError(f"{ENV_MAX_LINE} must be a positive integer of bytes, got {env[:40]!r}",
+                             key=ENV_MAX_LINE) from None
+    if value < 1:
+        from ..errors import InputError
+
+        raise InputError(f"the maximum line length must be at least 1 byte, got {value}", key=ENV_MAX_LINE)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Whole lines: `data` holds them, each ending in '\\n' (one is added after a last unterminated line).
+    `first_line` is the 1-based number of its first line, `offset` the batch offset of data[0]."""
+
+    data: bytes
+    first_line: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LongLine:
+    line: int
+    offset: int
+    length: int
+
+
+def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk | LongLine]:
+    """Chunks and over-long lines, in line order. Memory: about chunk_bytes + max_line at a time."""
+    block_size = max(chunk_bytes, 1)
+    first = reader.read(max(block_size, len(BOM)))
+    while 0 < len(first) < len(BOM):  # a short read: the BOM check needs three bytes
+        more = reader.read(len(BOM) - len(first))
+        if not more:
+            break
+        first += more
+    pos = 0  # batch offset of the first byte of `carry`
+    if first.startswith(BOM):
+        first, pos = first[len(BOM):], len(BOM)
+        first = first or reader.read(block_size)
+    line = 1
+    carry = b""
+    skipping: list[int] | None = None  # [line, offset, bytes so far, last byte was '\r']
+    block = first
+    while block:
+        if skipping is not None:
+            nl = block.find(b"\n")
+            if nl < 0:
+                skipping[2] += len(block)
+                skipping[3] = block.endswith(b"\r")
+                block = reader.read(block_size)
+                continue
+            length = skipping[2] + nl
+            pos = skipping[1] + length + 1  # the next line starts after this one's '\n'
+            if (block[nl - 1:nl] == b"\r") if nl else skipping[3]:
+                length -= 1
+            yield LongLine(skipping[0], skipping[1], length)
+            line, skipping = line + 1, None
+            block = block[nl + 1:]
+            if not block:
+                block = reader.read(block_size)
+                continue
+        buf = carry + block if carry else block
+        last = buf.rfind(b"\n")
+        if last >= 0:
+            whole = buf[:last + 1]
+            yield Chunk(whole, line, pos)
+            line += whole.count(b"\n")
+            pos += last + 1
+            carry = buf[last + 1:]
+        else:
+            carry = buf
+        if len(carry) > max_line + 1:  # even without a final '\r' the line is over the limit
+            skipping = [line, pos, len(carry), carry.endswith(b"\r")]
+            carry = b""
+        block = reader.read(block_size)
+    if skipping is not None:
+        yield LongLine(skipping[0], skipping[1], skipping[2] - (1 if skipping[3] else 0))
+    elif carry:
+        yield Chunk(carry + b"\n", line, pos)

@@ -1,0 +1,110 @@
+"""A batch as ingest receives it: decoded, identified by its sha256, and able to store itself raw.
+
+`read_batch_file(path)` reads the file once, in bounded chunks, hashing and decoding as it goes: memory
+is about one chunk (16 MiB) plus the line limit plus the decoded events, never the whole file.
+`store(raw)` then copies the file into the raw store block by block (`RawStore.put_file`), checking its
+sha256 again. `BytesBatch` gives a batch already in memory the same interface.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
+from .decode import DecodedBatch, decode_batch, decode_stream
+
+if TYPE_CHECKING:
+    from ..raw import RawBatch, RawStore
+
+
+class _HashingReader:
+    """A binary reader that hashes and counts what passes through it."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int = -1) -> bytes:
+        block: bytes = self._handle.read(n)
+        self.digest.update(block)
+        self.size += len(block)
+        return block
+
+
+def _line_text(read: Any, decoded: DecodedBatch, line: int) -> str:
+    offset, length = decoded.span(line)
+    return bytes(read(offset, length)).decode("utf-8", errors="backslashreplace")
+
+
+@dataclass(slots=True)
+class FileBatch:
+    path: Path
+    sha256: str
+    size: int
+    decoded: DecodedBatch
+
+    @property
+    def batch_id(self) -> str:
+        return self.sha256[:16]
+
+    def read(self, offset: int, length: int) -> bytes:
+        with open(self.path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(length)
+
+    def line_text(self, line: int) -> str:
+        return _line_text(self.read, self.decoded, line)
+
+    def store(self, raw: RawStore, *, received: datetime) -> tuple[RawBatch, bool]:
+        return raw.put_file(self.path, sha256=self.sha256, extracted=self.decoded.extracted,
+                            schema_versions=self.decoded.schema_versions, received=received)
+
+
+@dataclass(slots=True)
+class BytesBatch:
+    data: bytes
+    decoded: DecodedBatch
+
+    @property
+    def batch_id(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()[:16]
+
+    def line_text(self, line: int) -> str:
+        return _line_text(lambda off, n: self.data[off:off + n], self.decoded, line)
+
+    def store(self, raw: RawStore, *, received: datetime) -> tuple[RawBatch, bool]:
+        return raw.put(self.data, extracted=self.decoded.extracted, schema_versions=self.decoded.schema_versions,
+                       received=received)
+
+
+def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None = None) -> FileBatch:
+    """Hash and decode a batch file in one streaming pass. A missing path or a directory is an InputError."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"batch file not found: {p}", path=str(p))
+    try:
+        with open(p, "rb") as handle:
+            reader = _HashingReader(handle)
+
+            def reread(offset: int, length: int) -> bytes:
+                with open(p, "rb") as again:
+                    again.seek(offset)
+                    return again.read(length)
+
+            decoded = decode_stream(reader, reread, max_line_bytes=max_line_bytes)  # type: ignore[arg-type]
+    except OSError as exc:
+        raise InputError(f"cannot read batch file {p}: {exc.strerror or exc}", path=str(p)) from None
+    return FileBatch(path=p, sha256=reader.digest.hexdigest(), size=reader.size, decoded=decoded)
+
+
+def as_batch(source: bytes | FileBatch | BytesBatch) -> FileBatch | BytesBatch:
+    """What ingest works on: bytes are decoded in memory, a file batch is already decoded."""
+    if isinstance(source, (FileBatch, BytesBatch)):
+        return source
+    return BytesBatch(data=source, decoded=decode_batch(source))

@@ -1,0 +1,78 @@
+"""Writers create a lake, readers never do: what "holds a lake" means, and the one place that creates one.
+
+A root URI **holds a lake** when at least one of these exists under it:
+
+- `_erasure/key` (the lake secret, written once when the lake is created),
+- `_catalog/catalog.sqlite` (the embedded catalog of a local lake),
+- an object under `orders/_delta_log/` (the orders table, version 0 onwards).
+
+Any one is enough (a lake whose secret comes from `DELTA_RELEASE_ERASURE_KEY` and whose catalog lives
+elsewhere, as on s3://, still has its orders log). A path that is not there, an empty directory, a
+directory of other files, a file (`/dev/null`) and an s3:// bucket that does not exist hold no lake.
+
+`open_root` is called first thing by `Lake.open`: without `create=True` it refuses a root that holds no
+lake with `LakeNotFoundError` (exit 2) before anything is written, so a typo in `--lake` or `lake.uri`
+creates no directory, no key, no catalog and no object. The checks are reads only: a stat per path on
+local disk, a HEAD or a one-page listing on S3.
+"""
+
+from __future__ import annotations
+
+import pyarrow.fs as pafs
+
+from .errors import InputError, LakeNotFoundError
+from .storage import Storage
+
+KEY = "_erasure/key"
+CATALOG = "_catalog/catalog.sqlite"
+ORDERS_LOG = "orders/_delta_log"
+MARKERS = (KEY, CATALOG, ORDERS_LOG)
+
+
+def _kind(storage: Storage, rel: str) -> pafs.FileType:
+    try:
+        return storage.fs.get_file_info(storage._full(rel)).type
+    except OSError:  # e.g. a bucket that is gone, a path component that is a file: nothing there
+        return pafs.FileType.NotFound
+
+
+def holds_lake(storage: Storage) -> bool:
+    """True when the root has the erasure key, the embedded catalog or an orders Delta log entry."""
+    if storage.is_local:
+        root = storage.local_path()
+        if not root.is_dir():
+            return False
+        return ((root / KEY).is_file() or (root / CATALOG).is_file()
+                or ((root / ORDERS_LOG).is_dir() and any((root / ORDERS_LOG).iterdir())))
+    if _kind(storage, KEY) == pafs.FileType.File:
+        return True
+    try:
+        selector = pafs.FileSelector(storage._full(ORDERS_LOG), recursive=False, allow_not_found=True)
+        return any(info.type == pafs.FileType.File for info in storage.fs.get_file_info(selector))
+    except OSError:
+        return False
+
+
+def open_root(storage: Storage, *, create: bool) -> bool:
+    """Check the root before `Lake.open` touches it. Returns True when the caller is creating a new lake.
+
+    Without `create`, a root that holds no lake is refused; with it, a local root is made a directory
+    (an existing non-directory, such as /dev/null, is refused either way).
+    """
+    if not storage.is_local and not storage.root.removeprefix("s3://").strip("/"):
+        raise InputError("an s3:// lake URI needs a bucket: s3://<bucket>[/<prefix>]", uri=storage.root)
+    if storage.is_local:
+        root = storage.local_path()
+        if root.exists() and not root.is_dir():
+            raise InputError(f"lake path is not a directory: {root}", uri=str(root))
+    if holds_lake(storage):
+        return False
+    if not create:
+        raise LakeNotFoundError(storage.root)
+    if storage.is_local:
+        try:
+            storage.local_path().mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create a lake at {storage.root}: {exc.strerror or exc}",
+                             uri=storage.root) from exc
+    return True

@@ -1,0 +1,71 @@
+"""The gate's fast per-file path (gateway/filecheck.py) gives the same answers as the reference path."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from delta_release.external.filecheck import LazyStats, SchemaCheck, footer_stats_json, inspect_files
+from delta_release.stage.candidate import footer_stats
+from delta_release.storage import Storage
+
+SCHEMA = pa.schema([("sensor_id", pa.string()), ("ts_ms", pa.int64()), ("reading", pa.float64())])
+
+
+def table(n: int, nulls: bool = False) -> pa.Table:
+    return pa.table({"sensor_id": [None if nulls and i % 3 == 0 else f"s-{i % 7}" for i in range(n)],
+                     "ts_ms": list(range(n)), "reading": [None if nulls and i % 2 else i / 3 for i in range(n)]},
+                    schema=SCHEMA)
+
+
+@pytest.mark.parametrize(("rows", "group", "nulls"), [(1, 10, False), (50, 7, True), (40, 10, False), (9, 3, True)])
+def test_footer_stats_json_equals_the_reference(rows: int, group: int, nulls: bool) -> None:
+    sink = io.BytesIO()
+    pq.write_table(table(rows, nulls), sink, row_group_size=group)
+    meta = pq.read_metadata(io.BytesIO(sink.getvalue()))
+    assert footer_stats_json(meta, SCHEMA.names) == footer_stats(meta) is not None
+
+
+def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path) -> None:
+    paths = []
+    for i in range(40):  # enough for the thread pool and several chunks
+        rel = f"hour=07/f-{i:03d}.parquet"
+        (tmp_path / "hour=07").mkdir(exist_ok=True)
+        if i == 17:
+            (tmp_path / rel).write_bytes(b"not parquet at all")
+        else:
+            pq.write_table(table(i + 1), tmp_path / rel)
+        paths.append(rel)
+    facts = list(inspect_files(Storage(str(tmp_path)), paths))
+    assert [f.path for f in facts] == paths
+    for f in facts:
+        data = (tmp_path / f.path).read_bytes()
+        assert f.sha256 == hashlib.sha256(data).hexdigest()
+    assert facts[17].meta is None and facts[17].error
+    assert [f.meta.num_rows for f in facts if f.meta is not None] == [i + 1 for i in range(40) if i != 17]
+    check = SchemaCheck(SCHEMA)
+    assert all(check(f.meta)[0] for f in facts if f.meta is not None)
+    other = io.BytesIO()
+    pq.write_table(pa.table({"x": [1]}), other)
+    assert check(pq.read_metadata(io.BytesIO(other.getvalue()))) == (False, ["x"])
+
+
+def test_lazy_stats_computes_on_first_use_and_falls_back(tmp_path: Path) -> None:
+    sink = io.BytesIO()
+    pq.write_table(table(5), sink)
+    meta = pq.read_metadata(io.BytesIO(sink.getvalue()))
+    stats = LazyStats(SCHEMA.names, lambda path: f"fallback {path}")
+    stats.keep("a.parquet", meta)
+    assert "a.parquet" in stats and "b.parquet" not in stats
+    assert stats["a.parquet"] == footer_stats(meta)
+    no_stats = io.BytesIO()
+    pq.write_table(table(5), no_stats, write_statistics=False)
+    stats.keep("b.parquet", pq.read_metadata(io.BytesIO(no_stats.getvalue())))
+    assert stats["b.parquet"] == "fallback b.parquet"
+    with pytest.raises(KeyError):
+        stats["never-gated.parquet"]
