@@ -42,14 +42,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check delta_release tests
 	$(BIN)/mypy delta_release
 
-# Benchmarks against the alternatives (benchmarks/RESULTS.md). SCALE=small or SCALE=tiny for a quick run.
+# Benchmarks against the alternatives (benchmarks/RESULTS.md; benchmarks/README.md). SCALE=small or SCALE=tiny for
+# a quick run; LARGE=1 adds the large cases (apply at 50M rows, the 20M-event backfill, the 2 GiB files).
 SCALE ?= full
+LARGE ?=
 $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
 bench: $(VENV)/.bench-installed
-	$(BIN)/python -m benchmarks.run --scale $(SCALE)
+	$(BIN)/python -m benchmarks.run --scale $(SCALE) $(if $(LARGE),--large)
 
 clean:
 	rm -rf $(VENV) lake release-packets
