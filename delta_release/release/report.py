@@ -92,11 +92,14 @@ def _decision(packet: dict[str, Any]) -> str:
         pub = snap.get("published_version")
         lines = ["Held because " + "; ".join(f"<b>{_e(r.split(':', 1)[0])}</b>:{_e(r.split(':', 1)[1])}"
                                             for r in packet.get("reasons", [])) + "."]
+        candidate = (f"The candidate was version {_e(snap['version'])}." if snap.get("version") is not None else
+                     f"The candidate, staged on version {_e(snap.get('parent'))}, was discarded: nothing was"
+                     " committed.")
         lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b> (generation "
-                     f"<b>{_e(snap.get('published_generation'))}</b>). The candidate was version "
-                     f"{_e(snap['version'])}.")
+                     f"<b>{_e(snap.get('published_generation'))}</b>). {candidate}")
+    version = snap["version"] if snap.get("version") is not None else "none (not committed)"
     snapshot = (f'<p id="snapshot">Snapshot: table <code>{_e(snap["table"])}</code>, Delta version'
-                f' <code>{_e(snap["version"])}</code>, catalog generation'
+                f' <code>{_e(version)}</code>, catalog generation'
                 f' <code>{_e(snap["generation"] if snap["generation"] is not None else "none (not published)")}'
                 "</code>.</p>")
     return (f'<section id="decision" class="banner {decision}"><h1>Release decision: {head}</h1>'
