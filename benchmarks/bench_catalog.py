@@ -24,7 +24,7 @@ from typing import Any
 
 from ._common import create_lake, emit
 from .bench_planning import p95
-from .bench_planning_s3 import RequestLog, start_moto
+from .bench_planning_s3 import RequestLog, bench_bucket, start_moto
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -58,8 +58,6 @@ def _measure(fn: Any, reads: int, requests: Requests) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    import boto3
-
     from delta_release import _delta
     from delta_release.clock import iso
     from delta_release.gateway.catalog import SqliteCatalog
@@ -73,11 +71,7 @@ def main(argv: list[str]) -> None:
     warm_imports()
     proc, endpoint, log = start_moto(work)
     try:
-        options = {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "bench",
-                   "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
-                     region_name="us-east-1").create_bucket(Bucket="bench")
-        uri = "s3://bench/lake"
+        options, uri = bench_bucket(endpoint)
         t0 = time.perf_counter()
         lake = create_lake(uri, storage_options=options)  # the lake-resident catalog (the s3:// default)
         assert isinstance(lake.catalog, LakeCatalog)

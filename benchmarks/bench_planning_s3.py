@@ -50,6 +50,18 @@ def start_moto(work: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     raise RuntimeError("moto_server did not start")
 
 
+def bench_bucket(endpoint: str) -> tuple[dict[str, str], str]:
+    """Create the `bench` bucket on the moto server at `endpoint`: its storage options and a lake URI in it."""
+    import boto3
+
+    options = {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "bench",
+               "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+    boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
+                 region_name="us-east-1").create_bucket(Bucket="bench")
+    return options, "s3://bench/lake"
+
+
+
 class RequestLog:
     """Counts the requests moto logged since the last mark, by kind (LIST, GET, PUT, ...)."""
 
@@ -85,13 +97,7 @@ def main(argv: list[str]) -> None:
     warm_imports()
     proc, endpoint, log = start_moto(work)
     try:
-        import boto3
-
-        options = {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "bench",
-                   "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
-        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
-                     region_name="us-east-1").create_bucket(Bucket="bench")
-        uri = "s3://bench/lake"
+        options, uri = bench_bucket(endpoint)
         catalog = work / "catalog.sqlite"
         t0 = time.perf_counter()
         build(uri, hours, files_per_hour, storage_options=options, catalog=SqliteCatalog(catalog))
