@@ -31,17 +31,22 @@ class FileRecord:
     min_partition: Any = None
     max_partition: Any = None
     distinct_keys: int | None = None
+    bucket: str | None = None  # "bNNofMM": the file holds one keyed-hash bucket of its partition
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256, "rows": self.rows,
-                "partition": self.partition, "min_partition": self.min_partition,
-                "max_partition": self.max_partition, "distinct_keys": self.distinct_keys}
+        out = {"path": self.path, "size": self.size, "sha256": self.sha256, "rows": self.rows,
+               "partition": self.partition, "min_partition": self.min_partition,
+               "max_partition": self.max_partition, "distinct_keys": self.distinct_keys}
+        if self.bucket is not None:  # absent for unbucketed files: their evidence (and digest) is unchanged
+            out["bucket"] = self.bucket
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FileRecord:
         return cls(path=str(d["path"]), size=int(d.get("size") or 0), sha256=d.get("sha256"), rows=d.get("rows"),
                    partition=dict(d.get("partition") or {}), min_partition=d.get("min_partition"),
-                   max_partition=d.get("max_partition"), distinct_keys=d.get("distinct_keys"))
+                   max_partition=d.get("max_partition"), distinct_keys=d.get("distinct_keys"),
+                   bucket=d.get("bucket"))
 
 
 _FIXED = ("operation", "table", "parent", "candidate", "batch_ids", "files", "removed", "publication", "digest")

@@ -10,8 +10,9 @@ import polars as pl
 
 from . import _delta, index
 from .apply import ApplyPlan, plan_apply
+from .apply.bucketed import plan_bucketed
 from .apply.reader import parent_reader
-from .commit.writer import Change, Plan, StagedCandidate, commit, replace_partitions, stage, write
+from .commit.writer import Change, Plan, StagedCandidate, commit, replace_files, replace_partitions, stage, write
 from .context import LakeContext, TableContext
 from .contract import DecodedBatch, Reason, Reject
 from .contract.decode import count_reasons
@@ -96,6 +97,12 @@ class ApplyEvents(Plan):
         self.applied: ApplyPlan = ApplyPlan()
 
     def build(self, ctx: TableContext, parent: int) -> Change:
+        if ctx.table.buckets:  # only the (day, bucket) files holding the batch's keys, staged a day at a time
+            self.applied, removes, stream = plan_bucketed(ctx, parent, self.events)
+            if stream is None:
+                return Change(operation=self.operation, batch_ids=self.batch_ids)
+            return replace_files(removes, stream, locations=self.applied.locations, operation=self.operation,
+                                 batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
         self.applied = plan_apply(self.events, parent_reader(ctx, parent))
         if self.applied.empty:
             return Change(operation=self.operation, batch_ids=self.batch_ids)

@@ -22,7 +22,8 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "float64": pa.float64(),
     "bool": pa.bool_(),
 }
-_KEYS = {"name", "kind", "key", "ordering", "tombstone", "partition", "columns", "location"}
+_KEYS = {"name", "kind", "key", "ordering", "tombstone", "partition", "columns", "location", "buckets"}
+MAX_BUCKETS = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +36,9 @@ class TableDef:
     ordering: str | None = None  # the source-position column that orders a key's events
     tombstone: str | None = None  # the boolean column marking a delete kept as a row (hidden by current views)
     location: str | None = None  # relative to the lake root, or an absolute URI; default: the name
+    # Files per partition split by a keyed hash of the key (stage/buckets.py); None: one set of files
+    # per partition. Only for keyed tables.
+    buckets: int | None = None
 
     def arrow_schema(self) -> pa.Schema:
         """Full schema, partition column last (as Delta and hive paths present it)."""
@@ -64,8 +68,13 @@ def _check(path: Path, doc: Any) -> TableDef:
         if typ not in _ARROW_TYPES:
             raise ConfigError(f"{path}: column {name} has unknown type {typ!r}", file=str(path),
                               key=f"columns.{name}")
+    buckets = doc.get("buckets")
+    if buckets is not None and (isinstance(buckets, bool) or not isinstance(buckets, int)
+                                or not 1 <= buckets <= MAX_BUCKETS or not doc.get("key")):
+        raise ConfigError(f"{path}: buckets must be an integer from 1 to {MAX_BUCKETS} on a table with a key",
+                          file=str(path), key="buckets")
     return TableDef(
-        name=str(doc["name"]), kind=str(doc["kind"]), partition=str(doc["partition"]),
+        buckets=buckets, name=str(doc["name"]), kind=str(doc["kind"]), partition=str(doc["partition"]),
         columns={str(k): str(v) for k, v in columns.items()}, key=doc.get("key"),
         ordering=doc.get("ordering"), tombstone=doc.get("tombstone"), location=doc.get("location"),
     )

@@ -88,7 +88,11 @@ def test_day_change_moves_the_order_in_one_commit(lake: dr.Lake) -> None:
     report = lake.ingest(jsonl([up("m", 3, day=48)]))
     raw = lake.scan("orders", include_tombstones=True).collect()
     assert raw.filter(pl.col("order_id") == "m")["event_day"].to_list() == [48]
-    assert sorted(p.split("/")[0] for p in [f["path"] for f in report.files]) == ["event_day=47", "event_day=48"]
+    # Bucketed files (issue 14.2): day 47 loses m's bucket file (rewritten without m, or removed when m was
+    # its only row), day 48 gains m; n stays in day 47.
+    assert {p.split("/")[0] for p in report.removed} == {"event_day=47"}
+    assert "event_day=48" in {f["path"].split("/")[0] for f in report.files}
+    assert raw.filter(pl.col("order_id") == "n")["event_day"].to_list() == [47]
 
 
 def test_delete_tombstone_goes_to_the_partition_of_the_row(lake: dr.Lake) -> None:
@@ -119,16 +123,19 @@ def test_two_handles_at_the_same_version_second_commit_is_stale(lake: dr.Lake) -
 
 
 def test_files_are_sorted_sized_and_carry_no_subject_ids_in_stats(lake: dr.Lake) -> None:
-    lake.ingest(jsonl([up(f"o{i:05d}", i, day=47) for i in range(20_000)]))
+    lake.ingest(jsonl([up(f"o{i:05d}", i, day=47) for i in range(80_000)]))
     entries = _delta.file_entries(lake.table_uri("orders"), {}, lake.latest_version("orders"))
-    assert len(entries) == 1  # never a file per order
+    # One file per keyed-hash bucket of the day (issue 14.2: orders.yaml has 8), never a file per order.
+    assert len(entries) == lake.table_def("orders").buckets == 8
+    assert sum(e.num_records or 0 for e in entries) == 80_000
     import pyarrow.parquet as pq
 
-    path = lake.storage.local_path("orders") / entries[0].path
-    meta = pq.read_metadata(path)
-    assert meta.num_row_groups >= 2  # row groups let a key lookup skip
-    keys = pq.read_table(path, columns=["order_id"])["order_id"].to_pylist()
-    assert keys == sorted(keys)
+    for entry in entries:
+        path = lake.storage.local_path("orders") / entry.path
+        meta = pq.read_metadata(path)
+        assert meta.num_row_groups >= 2  # row groups let a key lookup skip
+        keys = pq.read_table(path, columns=["order_id"])["order_id"].to_pylist()
+        assert keys == sorted(keys)
     log = "".join(p.read_text() for p in (lake.storage.local_path("orders/_delta_log")).glob("*.json"))
     assert "o00001" not in log and "o19999" not in log
 

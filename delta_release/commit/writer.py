@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,9 @@ class Change:
 
     operation: str
     partitions: dict[Any, pl.DataFrame] = field(default_factory=dict)  # value -> new content; staged here
+    # Or: (value, rows) pairs computed lazily and staged one at a time as they come (bounded memory); the
+    # rows of a value are the new content of the files `removes` holds in it. Needs `locations`.
+    stream: Iterable[tuple[Any, pl.DataFrame]] | None = None
     existing: list[ExistingFile] = field(default_factory=list)
     removes: list[_delta.FileEntry] = field(default_factory=list)  # files of the parent version
     batch_ids: list[str] = field(default_factory=list)
@@ -76,7 +80,7 @@ class Change:
 
     @property
     def empty(self) -> bool:
-        return not self.partitions and not self.existing and not self.removes
+        return not self.partitions and self.stream is None and not self.existing and not self.removes
 
 
 class Plan:
@@ -153,9 +157,19 @@ def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: An
     return [e for e in entries if partition_text(e.partition_values.get(column)) in wanted]
 
 
+def replace_files(removes: list[_delta.FileEntry], stream: Iterable[tuple[Any, pl.DataFrame]], *,
+                  locations: dict[str, Any], operation: str, batch_ids: list[str] | None = None,
+                  details: dict[str, Any] | None = None) -> Change:
+    """A change that replaces some files of the parent (a bucketed apply: the (partition, bucket) files
+    holding a batch's keys) by the rows `stream` yields, staged as they come."""
+    return Change(operation=operation, stream=stream, removes=list(removes), batch_ids=list(batch_ids or []),
+                  details=dict(details or {}), locations=dict(locations))
+
+
 def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.DataFrame], *, operation: str,
                        batch_ids: list[str] | None = None, details: dict[str, Any] | None = None) -> Change:
-    """A change that replaces whole partitions: their new content, and every file they hold at `parent`."""
+    """A change that replaces whole partitions: their new content, and every file they hold at `parent`
+    (bucketed tables: all buckets of the partition; staging splits the content into bucket files)."""
     column = ctx.table.partition
     removes = _delta.partition_entries(ctx.uri, ctx.storage_options, parent, column,
                                        [partition_text(v) for v in partitions]) if partitions else []
@@ -169,12 +183,14 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     change = plan.build(ctx, parent)
     candidate: Candidate | None = None
     try:
-        if change.partitions:
+        if change.partitions or change.stream is not None:
             tdef = ctx.table
             candidate = stage_partitions(ctx.storage, table=ctx.name, parent=parent, batch_ids=change.batch_ids,
                                          partition_column=tdef.partition, key=tdef.key,
-                                         file_schema=tdef.file_schema(), partitions=change.partitions,
-                                         removes=change.removes, now_ms=ctx.now_ms())
+                                         file_schema=tdef.file_schema(),
+                                         partitions=change.partitions if change.stream is None else change.stream,
+                                         removes=change.removes, now_ms=ctx.now_ms(), buckets=tdef.buckets,
+                                         hasher=ctx.erasures.subject_key)
             crash_point("ingest.after_staging")
             gate_candidate(ctx.storage, candidate)
             crash_point("ingest.after_gate")
@@ -285,6 +301,7 @@ def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> 
         return
     locations = change.locations
     if locations is None:
+        assert change.stream is None, "a streamed change carries its locations"
         key = ctx.table.key or ""
         locations = {}
         for value, frame in change.partitions.items():

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from .._delta import FileAdd, FileEntry
 from ..evidence import FileRecord
 from ..faults import crash_point
 from ..storage import Storage
+from .buckets import BUCKET_COLUMN, Hasher, tag, with_buckets
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROWS_PER_FILE = 1_000_000
@@ -48,6 +50,7 @@ class FileEvidence:
     distinct_keys: int | None
     stats: str  # the Delta stats JSON committed with the add action
     modification_time: int
+    bucket: str | None = None  # "bNNofMM" when the file holds one bucket of its partition (stage/buckets.py)
 
     def to_add(self) -> FileAdd:
         return FileAdd(path=self.path, size=self.size,
@@ -58,7 +61,8 @@ class FileEvidence:
         """The file's entry in the commit evidence."""
         return FileRecord(path=self.path, size=self.size, sha256=self.sha256, rows=self.rows,
                           partition=dict(self.partition), min_partition=self.min_partition,
-                          max_partition=self.max_partition, distinct_keys=self.distinct_keys)
+                          max_partition=self.max_partition, distinct_keys=self.distinct_keys,
+                          bucket=self.bucket)
 
     def public(self) -> dict[str, Any]:
         return self.record().to_json()
@@ -126,7 +130,7 @@ def encode_parquet(table: pa.Table) -> bytes:
 
 
 def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: dict[str, Any],
-               key: str | None, now_ms: int) -> FileEvidence:
+               key: str | None, now_ms: int, bucket: str | None = None) -> FileEvidence:
     data = encode_parquet(table)
     if not storage.write_once(rel_path, data):  # a uuid name is never reused; refuse if it somehow is
         raise FileExistsError(rel_path)
@@ -135,22 +139,48 @@ def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: d
         path=rel_path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), rows=table.num_rows,
         partition=partition, min_partition=pval, max_partition=pval,
         distinct_keys=len(pc.unique(table[key])) if key else None, stats=file_stats(table),
-        modification_time=now_ms)
+        modification_time=now_ms, bucket=bucket)
+
+
+Groups = Mapping[Any, pl.DataFrame] | Iterable[tuple[Any, pl.DataFrame]]
 
 
 def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: list[str],
                      partition_column: str, key: str | None, file_schema: pa.Schema,
-                     partitions: dict[Any, pl.DataFrame], removes: list[FileEntry], now_ms: int) -> Candidate:
-    """Write every partition's new content as fresh files; nothing is visible until the commit."""
+                     partitions: Groups, removes: list[FileEntry], now_ms: int,
+                     buckets: int | None = None, hasher: Hasher | None = None) -> Candidate:
+    """Write every partition's new content as fresh files; nothing is visible until the commit.
+
+    `partitions` is a mapping value -> rows or an iterable of (value, rows) pairs, consumed one at a time
+    (a caller that computes groups lazily holds one group in memory). With `buckets` each value's rows
+    are split by the keyed hash of the key (stage/buckets.py) into `part-bNNofMM-...` files. If anything
+    fails, the files written here are removed before the error propagates."""
     candidate_id = uuid.uuid4().hex[:20]
     files: list[FileEvidence] = []
-    for value, frame in partitions.items():
-        data = frame.drop(partition_column).to_arrow().cast(file_schema)
-        for i, start in enumerate(range(0, data.num_rows, ROWS_PER_FILE)):
-            rel = f"{partition_dir(partition_column, value)}/part-{candidate_id}-{i:04d}.parquet"
-            files.append(stage_file(storage, rel_path=rel, table=data.slice(start, ROWS_PER_FILE),
-                                    partition={partition_column: value}, key=key, now_ms=now_ms))
-            if len(files) == 1:
-                crash_point("stage.after_first_file")
+    groups = partitions.items() if isinstance(partitions, Mapping) else partitions
+    try:
+        for value, frame in groups:
+            pieces: list[tuple[str | None, pl.DataFrame]]
+            if buckets and key:
+                assert hasher is not None, "bucketed staging needs the keyed hasher"
+                split = with_buckets(frame, key, buckets, hasher)
+                pieces = [(tag(b, buckets), part.drop(BUCKET_COLUMN))
+                          for (b,), part in sorted(split.partition_by(BUCKET_COLUMN, as_dict=True).items())]
+            else:
+                pieces = [(None, frame.drop(BUCKET_COLUMN, strict=False))]
+            for bucket, rows in pieces:
+                data = rows.drop(partition_column).to_arrow().cast(file_schema)
+                for start in range(0, data.num_rows, ROWS_PER_FILE):
+                    name = f"part-{bucket}-{candidate_id}" if bucket else f"part-{candidate_id}"
+                    rel = f"{partition_dir(partition_column, value)}/{name}-{len(files):04d}.parquet"
+                    files.append(stage_file(storage, rel_path=rel, table=data.slice(start, ROWS_PER_FILE),
+                                            partition={partition_column: value}, key=key, now_ms=now_ms,
+                                            bucket=bucket))
+                    if len(files) == 1:
+                        crash_point("stage.after_first_file")
+    except BaseException:
+        for f in files:
+            storage.delete(f.path)
+        raise
     return Candidate(candidate_id=candidate_id, table=table, parent=parent, batch_ids=batch_ids,
                      files=files, removes=removes)

@@ -1,0 +1,180 @@
+"""The bucketed, bounded apply of one batch (issue 14.2): only the (partition, bucket) files that hold the
+batch's keys are read and rewritten, a partition at a time.
+
+1. Prior rows: the current row of each batch key is looked up in the files of the days the batch touches
+   that can hold it (tagged with the key's bucket, or untagged), a chunk of files at a time, keeping only
+   the rows of batch keys; keys not found there are located by the key index (day) and their bucket (a
+   keyed hash), never by scanning other files. Memory: the batch plus one chunk of files.
+2. The fold of the batch over those rows (`fold.fold`): batch-sized.
+3. The files to replace: in each affected day, the files tagged with an affected bucket and every
+   untagged file (a legacy file holds any bucket; it is read whole and split into bucket files).
+4. The new content, one day at a time, as a lazy stream of (day, rows): that day's replaced files minus
+   the winning keys, plus the winners. The writer stages each day's files as they come (one group in
+   memory) and commits them all in one strict commit; a stale parent discards them and rebuilds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from .. import _delta, index
+from ..context import TableContext
+from ..stage.buckets import BUCKET_COLUMN, bucket_of_path, with_buckets
+from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_from
+
+READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
+
+MANY_KEYS = 20_000  # unresolved keys from which listing the parent's files beats locating them
+
+Stream = Iterator[tuple[Any, pl.DataFrame]]
+
+
+def read_entries(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry]) -> pl.DataFrame:
+    """Every row (tombstones included) of the given files, their partition value from the path."""
+    if not entries:
+        return cols.empty()
+    storage = ctx.storage
+    column = cols.partition
+    ptype = ctx.table.arrow_schema().field(column).type
+    dataset = ds.dataset([storage.full_path(e.path) for e in entries], filesystem=storage.fs, format="parquet",
+                         partitioning=ds.partitioning(pa.schema([(column, ptype)]), flavor="hive"),
+                         partition_base_dir=storage.full_path(""))
+    frame = pl.from_arrow(dataset.to_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame.select(cols.row_columns).cast(cols.row_schema)  # type: ignore[arg-type]
+
+
+class _Files:
+    """The parent's file list for the days asked, listed once per day."""
+
+    def __init__(self, ctx: TableContext, parent: int, cols: Columns) -> None:
+        self.ctx, self.parent, self.cols = ctx, parent, cols
+        self.by_day: dict[Any, list[_delta.FileEntry]] = {}
+
+    def load(self, days: list[Any]) -> None:
+        missing = [d for d in days if d not in self.by_day]
+        if not missing:
+            return
+        entries = _delta.partition_entries(self.ctx.uri, self.ctx.storage_options, self.parent, self.cols.partition,
+                                           [None if d is None else str(d) for d in missing])
+        for d in missing:
+            self.by_day[d] = []
+        for e in entries:
+            text = e.partition_values.get(self.cols.partition)
+            day = None if text is None else pl.Series([text]).cast(self.cols.row_schema[self.cols.partition])[0]
+            self.by_day.setdefault(day, []).append(e)
+
+    def holding(self, day: Any, buckets: set[int] | None, n: int) -> list[_delta.FileEntry]:
+        """The files of `day` that may hold a key of `buckets` (None: any): tagged with one, or untagged."""
+        self.load([day])
+        out = []
+        for e in self.by_day.get(day, []):
+            b = bucket_of_path(e.path, n)
+            if b is None or buckets is None or b in buckets:
+                out.append(e)
+        return out
+
+
+def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry], keys: pl.DataFrame) -> pl.DataFrame:
+    """The rows of `keys` in `files`, reading a chunk of files at a time."""
+    found = [cols.empty()]
+    for start in range(0, len(files), READ_CHUNK_FILES):
+        chunk = read_entries(ctx, cols, files[start:start + READ_CHUNK_FILES])
+        found.append(chunk.join(keys, on=cols.key, how="semi"))
+    return pl.concat(found)
+
+
+def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
+                  ) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
+    """The batch's plan (conflicts, changed keys, locations), the parent files it replaces and the lazy
+    stream of their new content. No stream: nothing to commit."""
+    tdef = ctx.table
+    n = tdef.buckets or 1
+    cols = Columns.of(tdef)
+    key, part = cols.key, cols.partition
+    hasher = ctx.erasures.subject_key
+    plan = ApplyPlan()
+    if events.height == 0:
+        return plan, [], None
+    events = dedupe_events(events, cols)
+    keys = with_buckets(events.select(key).unique(), key, n, hasher)
+    files = _Files(ctx, parent, cols)
+    touched: list[Any] = events[part].drop_nulls().unique().to_list()
+    files.load(touched)
+    wanted = set(keys[BUCKET_COLUMN].unique().to_list())
+    found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], keys.select(key))
+    unresolved = keys.join(found.select(key), on=key, how="anti")
+    prior = found
+    if unresolved.height:
+        prior = pl.concat([found, _elsewhere(ctx, parent, cols, files, unresolved, touched, n)])
+
+    folded = fold(events, prior, cols)
+    plan.conflicts = folded.conflicts
+    if folded.rows.height == 0:
+        return plan, [], None
+    rows = folded.rows.join(keys, on=key, how="left")
+    groups: dict[Any, set[int]] = {}
+    for d, b in rows.select(part, BUCKET_COLUMN).unique().iter_rows():
+        groups.setdefault(d, set()).add(b)
+    for d, b in rows.filter(pl.col("had_prior")).select("prior_day", BUCKET_COLUMN).unique().iter_rows():
+        groups.setdefault(d, set()).add(b)
+    days = sorted(groups, key=day_order)
+    files.load(days)
+    replaced = {d: files.holding(d, groups[d], n) for d in days}
+    removes = [e for d in days for e in replaced[d]]
+    new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN)
+    plan.changed_keys = new_rows.height
+    plan.locations = dict(zip(new_rows[key].to_list(), new_rows[part].to_list(), strict=True))
+    return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n)
+
+
+def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, keys: pl.DataFrame,
+               touched: list[Any], n: int) -> pl.DataFrame:
+    """The rows of `keys` (key, bucket) outside the touched days: located by the key index, then read
+    from the files of their (day, bucket) only; without the index, a scan of the key column."""
+    key = cols.key
+    if keys.height >= MANY_KEYS:  # a backfill: when every file of the parent is in the touched days (an
+        # empty table, a year backfilled), no key lives elsewhere; the file list is cheaper than hashing them
+        in_touched = sum(len(files.by_day.get(d, [])) for d in touched)
+        if len(_delta.file_entries(ctx.uri, ctx.storage_options, parent)) == in_touched:
+            return cols.empty()
+    keys_index = index.key_index(ctx)
+    if keys_index is None:
+        rows = read_rows_from(_delta.scan(ctx.uri, ctx.storage_options, parent), cols)(
+            keys=keys[key].to_list(), exclude_days=touched)
+        return rows
+    where = keys_index.locate(keys[key].to_list(), upto=parent)
+    excluded = set(touched)
+    located = keys.filter(pl.col(key).is_in(pl.Series(list(where), dtype=pl.String).implode()))
+    wanted: dict[Any, set[int]] = {}
+    for k, b in located.iter_rows():
+        d = where[k]
+        if d not in excluded:
+            wanted.setdefault(d, set()).add(b)
+    days = sorted(wanted, key=day_order)
+    files.load(days)
+    return _rows_of_keys(ctx, cols, [e for d in days for e in files.holding(d, wanted[d], n)], located.select(key))
+
+
+def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[Any, list[_delta.FileEntry]],
+            new_rows: pl.DataFrame, n: int) -> Stream:
+    key, part = cols.key, cols.partition
+    winners = new_rows.select(key)
+    by_day = new_rows.partition_by(part, as_dict=True)
+    hasher = ctx.erasures.subject_key
+    for day in days:
+        old = [cols.empty().with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))]
+        for e in replaced[day]:
+            b = bucket_of_path(e.path, n)
+            rows = read_entries(ctx, cols, [e])
+            old.append(with_buckets(rows, key, n, hasher) if b is None
+                       else rows.with_columns(pl.lit(b, dtype=pl.Int32).alias(BUCKET_COLUMN)))
+        kept = pl.concat(old).join(winners, on=key, how="anti")
+        new = by_day.get((day,))
+        content = pl.concat([kept, new.cast(kept.schema)]) if new is not None else kept
+        yield day, content.sort(key)
