@@ -127,7 +127,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     files.load(days)
     replaced = {d: files.holding(d, groups[d], n) for d in days}
     removes = [e for d in days for e in replaced[d]]
-    new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN)
+    new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
     plan.locations = dict(zip(new_rows[key].to_list(), new_rows[part].to_list(), strict=True))
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n)
@@ -164,8 +164,10 @@ def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, key
 def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[Any, list[_delta.FileEntry]],
             new_rows: pl.DataFrame, n: int) -> Stream:
     key, part = cols.key, cols.partition
-    winners = new_rows.select(key)
     by_day = new_rows.partition_by(part, as_dict=True)
+    # The old row of a winning key is in its prior day (one row per key): a day's replaced files lose the
+    # winners that were there or arrive there, not the whole batch (that would be O(days x batch)).
+    leaving = new_rows.filter(pl.col("had_prior")).select(key, "prior_day").partition_by("prior_day", as_dict=True)
     hasher = ctx.erasures.subject_key
     for day in days:
         old = [cols.empty().with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))]
@@ -174,7 +176,10 @@ def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[An
             rows = read_entries(ctx, cols, [e])
             old.append(with_buckets(rows, key, n, hasher) if b is None
                        else rows.with_columns(pl.lit(b, dtype=pl.Int32).alias(BUCKET_COLUMN)))
-        kept = pl.concat(old).join(winners, on=key, how="anti")
         new = by_day.get((day,))
-        content = pl.concat([kept, new.cast(kept.schema)]) if new is not None else kept
-        yield day, content.sort(key)
+        winners = [f.select(key) for f in (leaving.get((day,)), new) if f is not None]
+        kept = pl.concat(old)
+        if winners:
+            kept = kept.join(pl.concat(winners), on=key, how="anti")
+        content = pl.concat([kept, new.select(kept.columns).cast(kept.schema)]) if new is not None else kept
+        yield day, content  # staging sorts by (bucket, key)

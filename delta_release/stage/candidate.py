@@ -160,16 +160,20 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
     groups = partitions.items() if isinstance(partitions, Mapping) else partitions
     try:
         for value, frame in groups:
-            pieces: list[tuple[str | None, pl.DataFrame]]
-            if buckets and key:
+            pieces: list[tuple[str | None, pa.Table]]
+            if buckets and key:  # one sort by (bucket, key) and one Arrow conversion per group, then slices
                 assert hasher is not None, "bucketed staging needs the keyed hasher"
-                split = with_buckets(frame, key, buckets, hasher)
-                pieces = [(tag(b, buckets), part.drop(BUCKET_COLUMN))
-                          for (b,), part in sorted(split.partition_by(BUCKET_COLUMN, as_dict=True).items())]
+                split = with_buckets(frame, key, buckets, hasher).sort([BUCKET_COLUMN, key])
+                counts = split.group_by(BUCKET_COLUMN, maintain_order=True).len()
+                data = split.drop(partition_column, BUCKET_COLUMN).to_arrow().cast(file_schema)
+                pieces, offset = [], 0
+                for b, count in counts.iter_rows():
+                    pieces.append((tag(b, buckets), data.slice(offset, count)))
+                    offset += count
             else:
-                pieces = [(None, frame.drop(BUCKET_COLUMN, strict=False))]
-            for bucket, rows in pieces:
-                data = rows.drop(partition_column).to_arrow().cast(file_schema)
+                rows = frame.drop(partition_column, BUCKET_COLUMN, strict=False)
+                pieces = [(None, rows.to_arrow().cast(file_schema))]
+            for bucket, data in pieces:
                 for start in range(0, data.num_rows, ROWS_PER_FILE):
                     name = f"part-{bucket}-{candidate_id}" if bucket else f"part-{candidate_id}"
                     rel = f"{partition_dir(partition_column, value)}/{name}-{len(files):04d}.parquet"
