@@ -168,6 +168,7 @@ def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[An
     # The old row of a winning key is in its prior day (one row per key): a day's replaced files lose the
     # winners that were there or arrive there, not the whole batch (that would be O(days x batch)).
     leaving = new_rows.filter(pl.col("had_prior")).select(key, "prior_day").partition_by("prior_day", as_dict=True)
+    del new_rows  # the generator holds the per-day pieces only, and drops each day's once it is staged
     hasher = ctx.erasures.subject_key
     for day in days:
         old = [cols.empty().with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))]
@@ -176,8 +177,8 @@ def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[An
             rows = read_entries(ctx, cols, [e])
             old.append(with_buckets(rows, key, n, hasher) if b is None
                        else rows.with_columns(pl.lit(b, dtype=pl.Int32).alias(BUCKET_COLUMN)))
-        new = by_day.get((day,))
-        winners = [f.select(key) for f in (leaving.get((day,)), new) if f is not None]
+        new = by_day.pop((day,), None)
+        winners = [f.select(key) for f in (leaving.pop((day,), None), new) if f is not None]
         kept = pl.concat(old)
         if winners:
             kept = kept.join(pl.concat(winners), on=key, how="anti")

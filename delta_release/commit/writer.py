@@ -163,7 +163,7 @@ def replace_files(removes: list[_delta.FileEntry], stream: Iterable[tuple[Any, p
     """A change that replaces some files of the parent (a bucketed apply: the (partition, bucket) files
     holding a batch's keys) by the rows `stream` yields, staged as they come."""
     return Change(operation=operation, stream=stream, removes=list(removes), batch_ids=list(batch_ids or []),
-                  details=dict(details or {}), locations=dict(locations))
+                  details=dict(details or {}), locations=locations)
 
 
 def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.DataFrame], *, operation: str,

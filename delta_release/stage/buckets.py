@@ -21,6 +21,7 @@ import polars as pl
 BUCKET_COLUMN = "__bucket"  # added in memory only, dropped before a file is written
 _TAG = re.compile(r"^part-b(\d{2,})of(\d{2,})-")
 
+HASH_CHUNK = 100_000
 Hasher = Callable[[str], str]
 
 
@@ -55,6 +56,9 @@ def with_buckets(frame: pl.DataFrame, key: str, buckets: int, hasher: Hasher) ->
     if frame.height == 0:
         return frame.with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))
     keys = frame[key].unique()
-    mapping = pl.DataFrame({key: keys, BUCKET_COLUMN: pl.Series(bucket_of_keys(keys.to_list(), buckets, hasher),
-                                                                dtype=pl.Int32)})
+    out: list[pl.Series] = []
+    for start in range(0, len(keys), HASH_CHUNK):  # a chunk of Python strings at a time, not the whole batch
+        chunk = keys.slice(start, HASH_CHUNK).to_list()
+        out.append(pl.Series(bucket_of_keys(chunk, buckets, hasher), dtype=pl.Int32))
+    mapping = pl.DataFrame({key: keys, BUCKET_COLUMN: pl.concat(out)})
     return frame.join(mapping, on=key, how="left", maintain_order="left")
