@@ -241,10 +241,10 @@ def _setup_run(lake_dir: Path, scene: Scene) -> None:
 
 
 def _run_config(lake_dir: Path, scene: Scene) -> Path:
-    cfg = {"lake": {"uri": str(lake_dir), "storage_options": {}}, "tables": ["orders"],
+    cfg = {"lake": {"uri": str(lake_dir), "storage_options": {}},
            "sources": {"batches": [str(scene.batch)], "manifests": []},
            "release": {"window_days": 7},
-           "retention": {"raw_days": 30, "backup_days": 35, "replay_horizon_days": 14, "retained_snapshots": 5},
+           "retention": {"raw_days": 30, "backup_days": 35, "retained_snapshots": 5},
            "checks": {"schema_fixtures": {"v2": str(scene.inputs / "v2.jsonl"), "v3": str(scene.inputs / "v3.jsonl")},
                       "amount_unit": True, "reconciliation": True, "checksums": True, "pinned_query": False,
                       "conflict_drill": False, "erasure_drill": False, "freshness_gate": False,
