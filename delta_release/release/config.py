@@ -86,10 +86,10 @@ THRESHOLD_DEFAULTS: dict[str, Any] = {
     "rejected.mostly": 0.75,     # at least this share of the run's lines must be in batches not "over"
     "rejected.overall": 0.20,    # quarantined/extracted over all the run's batches
     "rejected.by_reason.default": 0.05,  # per reason code, share of the run's extracted lines
-    "late_events.max_share": 0.10,  # accepted events whose position is below the table's max applied position
-    "stale_events.older_than_days": 30,  # upserts whose event_day is this many days before the newest event_day
+    "late_events.max_share": 0.10,  # accepted events whose ordering value is below the table's max applied
+    "stale_events.older_than_days": 30,  # upserts whose partition (day) is this many days before the newest
     "stale_events.max_share": 0.10,
-    "moved_orders.max_share": 0.05,  # orders the run moves to another event_day, share of the parent's orders
+    "moved_orders.max_share": 0.05,  # keys the run moves to another partition, share of the parent's keys
 }
 
 Num = (int, float)

@@ -35,9 +35,12 @@ def _orders_at(lake: Lake, version: int) -> int | None:
     """How many current orders (tombstones excluded) `version` holds; None when it cannot be read."""
     import polars as pl
 
+    from ..tables import DEFAULT_TABLE
+    from ..views import live_rows
+
     try:
-        return int(_delta.scan(lake.table_uri("orders"), lake.options, version)
-                   .filter(pl.col("deleted").not_()).select(pl.len()).collect().item())
+        return int(live_rows(_delta.scan(lake.table_uri(DEFAULT_TABLE), lake.options, version),
+                             lake.table_def(DEFAULT_TABLE)).select(pl.len()).collect().item())
     except Exception:  # noqa: BLE001 - a vacuumed version: the plan says it cannot be read
         return None
 
