@@ -262,17 +262,25 @@ def file_uris(uri: str, options: dict[str, str], version: int) -> list[str]:
     return list(_open(uri, options, version).file_uris())
 
 
-def history(uri: str, options: dict[str, str], limit: int | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitRecord:
+    """One commit of a table's Delta log, as `history` returns it."""
+
+    version: int
+    timestamp: int  # commit time, ms since the epoch (0 when the log has none)
+    operation: str | None  # Delta's operation name (WRITE, DELETE, ...)
+    evidence: dict[str, Any] | None  # our commit evidence (decoded JSON), None for a commit not ours
+
+
+def history(uri: str, options: dict[str, str], limit: int | None = None) -> list[CommitRecord]:
     """Commits newest first: version, timestamp, operation and our evidence (decoded) when present."""
     out = []
     for entry in _open(uri, options).history(limit):
         raw = entry.get(METADATA_KEY)
-        out.append({
-            "version": int(entry["version"]),
-            "timestamp": int(entry.get("timestamp", 0)),
-            "operation": entry.get("operation"),
-            "evidence": json.loads(raw) if isinstance(raw, str) else None,
-        })
+        op = entry.get("operation")
+        out.append(CommitRecord(version=int(entry["version"]), timestamp=int(entry.get("timestamp", 0)),
+                                operation=None if op is None else str(op),
+                                evidence=json.loads(raw) if isinstance(raw, str) else None))
     return out
 
 

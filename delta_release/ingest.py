@@ -59,8 +59,8 @@ def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
         return batches.all(upto=latest)
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        if entry["evidence"] is not None:
-            out.update(CommitEvidence.from_json(entry["evidence"]).batch_ids)
+        if entry.evidence is not None:
+            out.update(CommitEvidence.from_json(entry.evidence).batch_ids)
     return out
 
 

@@ -495,7 +495,7 @@ def evidence_check(lake: Lake, version: int, table: str = "orders") -> list[str]
     uri = lake.table_uri(table)
     recorded: dict[str, dict[str, Any]] = {}
     for entry in _delta.history(uri, lake.options):
-        for f in (entry["evidence"] or {}).get("files", []):
+        for f in (entry.evidence or {}).get("files", []):
             recorded[f["path"]] = f
     store = lake.table_storage(table)
     problems = []
@@ -519,8 +519,8 @@ def parent_chain_ok(lake: Lake, table: str = "orders") -> bool:
     if _versions(lake, table) < 0:
         return True
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        ev = entry["evidence"]
-        if ev is not None and "parent" in ev and ev["parent"] != entry["version"] - 1:
+        ev = entry.evidence
+        if ev is not None and "parent" in ev and ev["parent"] != entry.version - 1:
             return False
     return True
 
@@ -538,7 +538,7 @@ def _pinned_unpublished_refused(lake: Lake, table: str) -> bool:
 
 
 def _commits_of(lake: Lake, batch_id: str) -> int:
-    return sum(batch_id in ((e["evidence"] or {}).get("batch_ids", []))
+    return sum(batch_id in ((e.evidence or {}).get("batch_ids", []))
                for e in _delta.history(lake.table_uri("orders"), lake.options))
 
 

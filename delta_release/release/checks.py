@@ -103,7 +103,7 @@ def recorded_checksums(lake: Lake, table: str) -> dict[str, str]:
     """path -> sha256 from the evidence of every commit of ours."""
     out: dict[str, str] = {}
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        for f in (entry["evidence"] or {}).get("files", []):
+        for f in (entry.evidence or {}).get("files", []):
             out.setdefault(f["path"], f["sha256"])
     return out
 

@@ -141,8 +141,8 @@ def cost(lake: Lake, config: ReleaseConfig, version: int) -> dict[str, Any]:
         for e in _delta.file_entries(uri, lake.options, v):
             held[e.path] = e.size
     history = _delta.history(uri, lake.options)
-    added = sum(f["size"] for h in history for f in (h["evidence"] or {}).get("files", []))
-    stamps = [h["timestamp"] for h in history if h["timestamp"]]
+    added = sum(f["size"] for h in history for f in (h.evidence or {}).get("files", []))
+    stamps = [h.timestamp for h in history if h.timestamp]
     days = max(1.0, (max(stamps) - min(stamps)) / 86_400_000) if stamps else 1.0
     current = sum(e.size for e in _delta.file_entries(uri, lake.options, version))
     raw = sum(o.size for o in lake.storage.list("_raw"))
