@@ -288,6 +288,18 @@ def partition_columns_at(uri: str, options: dict[str, str], version: int) -> lis
     return list(_open(uri, options, version).metadata().partition_columns)
 
 
+def timestamp_partition_columns(uri: str, options: dict[str, str], version: int) -> dict[str, str]:
+    """Partition columns of Delta type `timestamp` (an instant; not `timestamp_ntz`): logical name -> the
+    key the log's partitionValues use for it (the physical name under column mapping)."""
+    handle = _open(uri, options, version)
+    parts = set(handle.metadata().partition_columns)
+    out: dict[str, str] = {}
+    for f in handle.schema().fields:
+        if f.name in parts and getattr(f.type, "type", None) == "timestamp":
+            out[f.name] = str(f.metadata.get("delta.columnMapping.physicalName", f.name))
+    return out
+
+
 def arrow_schema(uri: str, options: dict[str, str], version: int | None = None) -> pa.Schema:
     return pa.schema(_open(uri, options, version).schema().to_arrow())
 
