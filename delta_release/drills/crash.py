@@ -281,15 +281,12 @@ def _ingest_points() -> tuple[CrashPoint, ...]:
 
 
 def _run_points() -> tuple[CrashPoint, ...]:
-    before = frozenset({BEFORE})
     return (_p("ingest.after_raw", "run: a batch's raw write done"),
             _p("ingest.after_staging", "run: a batch staged, not gated"),
             _p("ingest.after_gate", "run: a batch gated, not committed"),
             _p("ingest.after_quarantine", "run: a batch's quarantine written"),
             _p("run.after_stage", "run: the candidate of all batches staged and gated, checks not run"),
             _p("commit.during", "run: during a Delta commit (watchdog at 3 ms)", delay=0.003),
-            _p("ingest.after_commit", "run: a commit landed, not published"),
-            _p("ingest.after_publish", "run: a batch done (publication deferred)", before),
             _p("run.before_ship_commit", "run: SHIP decided, its commit not made"),
             _p("run.after_ship_commit", "run: the ship commit landed, not published"),
             _p("publish.before_swap", "run: SHIP, generation read, swap not done"),
@@ -326,7 +323,7 @@ WRITERS: tuple[Writer, ...] = (
            points=_generic(staged=False, several_files=False), subset=("publish.before_swap",)),
     Writer(name="run", summary="a release run (ship)", table="orders", setup=_setup_run, batch=True,
            argv=lambda lake, s: ["run", str(_run_config(lake, s))], points=_run_points(),
-           subset=("ingest.after_commit", "run.before_ship_commit")),
+           subset=("run.after_stage", "run.before_ship_commit")),
 )
 
 

@@ -67,6 +67,7 @@ def receive(lake: LakeContext, source: bytes | FileBatch | BytesBatch) -> RunBat
     data = as_batch(source)
     decoded, batch_id = data.decoded, data.batch_id
     data.store(lake.raw, received=lake.clock.now())
+    crash_point("ingest.after_raw")  # the name ingest uses for the same step
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
@@ -153,6 +154,7 @@ def stage_run(lake: LakeContext, batches: list[RunBatch], *, run_id: str, table:
     try:
         for b in plan.applied:
             lake.quarantine.write(b.batch_id, b.rejects, lake.erasures.subject_key, b.data)
+            crash_point("ingest.after_quarantine")
         snapshot = staged_snapshot(ctx, staged)
     except BaseException:
         discard(ctx, staged)
