@@ -7,14 +7,22 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test test-long fuzz lint bench clean
 
 $(STAMP): pyproject.toml
+	@echo "==> [1/3] creating the virtualenv $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> [2/3] upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "==> [3/3] installing delta-release with its dev and interop extras (deltalake, polars, pyarrow,"
+	@echo "    duckdb, the DuckDB delta extension, Sail, pytest...): about 2 minutes on a first install"
 	$(BIN)/pip install --quiet -e '.[dev,interop]'
+	@echo "==> installed; later runs skip this step until pyproject.toml changes"
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@echo "==> removing ./lake, then the release run: delta-release run config/release.yaml"
 	rm -rf lake
 	$(BIN)/delta-release run config/release.yaml
+	@echo "==> the lake now:"
+	$(BIN)/delta-release --lake lake status
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -34,14 +42,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check delta_release tests
 	$(BIN)/mypy delta_release
 
-# Benchmarks against the alternatives (benchmarks/RESULTS.md). SCALE=small or SCALE=tiny for a quick run.
+# Benchmarks against the alternatives (benchmarks/RESULTS.md; benchmarks/README.md). SCALE=small or SCALE=tiny for
+# a quick run; LARGE=1 adds the large cases (apply at 50M rows, the 20M-event backfill, the 2 GiB files).
 SCALE ?= full
+LARGE ?=
 $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
 bench: $(VENV)/.bench-installed
-	$(BIN)/python -m benchmarks.run --scale $(SCALE)
+	$(BIN)/python -m benchmarks.run --scale $(SCALE) $(if $(LARGE),--large)
 
 clean:
 	rm -rf $(VENV) lake release-packets

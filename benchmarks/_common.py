@@ -36,6 +36,21 @@ class Scale:
     repeats: int
     iceberg_timeout: float
     seed: int = 20261129
+    # issue 14.6 (a): ingest time at these versions of one lake (history written through our writer)
+    version_checkpoints: tuple[int, ...] = (10, 1_000, 5_000)
+    version_days: int = 365
+    version_rows_per_day: int = 20
+    version_events: int = 1_000  # the timed ingest: events over `version_touched` days
+    version_touched: int = 10
+    version_ingests: int = 5  # timed ingests per checkpoint, in one fresh process
+    # (f) concurrent writer processes, each ingesting its own batch of `writer_events` events
+    writers: int = 16
+    writer_events: int = 2_000
+    # (g) peak memory: a backfill of `backfill_events` events over 365 days, and batch files of
+    # `file_bytes` bytes (one line; normal lines)
+    backfill_events: int = 2_000_000
+    file_bytes: int = 128 << 20
+    large: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,17 +59,32 @@ class Scale:
 SCALES = {
     "micro": Scale(name="micro", rows=2_000, memory_rows=(2_000,), days=10, touched_days=5, batch=100,
                    decode_lines=500, gate_files=(20,), gate_main=20, hours=3, files_per_hour=1, repeats=1,
-                   iceberg_timeout=60),
+                   iceberg_timeout=60, version_checkpoints=(2, 4, 8), version_days=10, version_rows_per_day=5,
+                   version_events=50, version_touched=2, version_ingests=2, writers=2, writer_events=50,
+                   backfill_events=2_000, file_bytes=256 << 10),
     "tiny": Scale(name="tiny", rows=20_000, memory_rows=(10_000, 20_000), days=30, touched_days=5, batch=1_000,
                   decode_lines=5_000, gate_files=(100, 300), gate_main=300, hours=48, files_per_hour=2,
-                  repeats=1, iceberg_timeout=120),
+                  repeats=1, iceberg_timeout=120, version_checkpoints=(10, 100, 300), version_events=200,
+                  version_ingests=3, writers=8, writer_events=200, backfill_events=50_000, file_bytes=4 << 20),
     "small": Scale(name="small", rows=200_000, memory_rows=(100_000, 200_000), days=365, touched_days=5,
                    batch=10_000, decode_lines=100_000, gate_files=(1_000, 10_000), gate_main=10_000, hours=48,
-                   files_per_hour=4, repeats=3, iceberg_timeout=300),
+                   files_per_hour=4, repeats=3, iceberg_timeout=300, version_checkpoints=(10, 500, 1_000),
+                   writer_events=1_000, backfill_events=500_000, file_bytes=32 << 20),
     "full": Scale(name="full", rows=5_000_000, memory_rows=(1_000_000, 5_000_000), days=365, touched_days=5,
-                  batch=100_000, decode_lines=1_000_000, gate_files=(1_000, 10_000, 100_000), gate_main=10_000,
-                  hours=48, files_per_hour=4, repeats=3, iceberg_timeout=300),
+                  batch=100_000, decode_lines=1_000_000, gate_files=(1_000, 10_000), gate_main=10_000,
+                  hours=48, files_per_hour=4, repeats=3, iceberg_timeout=60),
 }
+
+
+def large(scale: Scale) -> Scale:
+    """`--large` (`make bench LARGE=1`): the issue's large cases on top of `scale`: apply also at 50M rows,
+    the 20M-event backfill, the 2 GiB files, the 100k-file gate and pyiceberg's 300 s limit."""
+    from dataclasses import replace
+
+    big = 50_000_000 if scale.name == "full" else scale.rows * 10
+    return replace(scale, memory_rows=(*scale.memory_rows, big), backfill_events=max(20_000_000, scale.backfill_events),
+                   file_bytes=2 << 30, gate_files=(*scale.gate_files, 100_000) if 100_000 not in scale.gate_files
+                   else scale.gate_files, iceberg_timeout=300, large=True)
 
 
 def data_dir(scale: Scale) -> Path:
@@ -160,3 +190,29 @@ def median(xs: list[float]) -> float:
     s = sorted(xs)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def create_lake(path: Path | str, **kw: Any) -> Any:
+    """A new lake at `path`: `Lake.create` where the package has it (readers never create a lake, issue
+    17), else `Lake.open`, which created one before that."""
+    from delta_release.lake import Lake
+
+    make = getattr(Lake, "create", None) or Lake.open
+    return make(path, **kw)
+
+
+def layout_fingerprint() -> str:
+    """A digest of the package modules that decide what a lake looks like on disk (the writer, staging,
+    indexes). Cached lakes built by other code are rebuilt, so every run measures the
+    package as it is."""
+    import hashlib
+
+    pkg = ROOT / "delta_release"
+    h = hashlib.sha256()
+    for sub in ("commit", "stage", "index"):
+        p = pkg / sub
+        files = sorted(p.rglob("*.py")) if p.is_dir() else [p] if p.exists() else []
+        for f in files:
+            h.update(str(f.relative_to(pkg)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import emit
+from ._common import create_lake, emit
 from .bench_planning import p95
 from .bench_planning_s3 import RequestLog, start_moto
 
@@ -64,7 +64,6 @@ def main(argv: list[str]) -> None:
     from delta_release.clock import iso
     from delta_release.gateway.catalog import SqliteCatalog
     from delta_release.gateway.lake_catalog import LakeCatalog
-    from delta_release.lake import Lake
     from delta_release.storage import Storage
 
     from .bench_apply import warm_imports
@@ -80,7 +79,7 @@ def main(argv: list[str]) -> None:
                      region_name="us-east-1").create_bucket(Bucket="bench")
         uri = "s3://bench/lake"
         t0 = time.perf_counter()
-        lake = Lake.create(uri, storage_options=options)  # the lake-resident catalog (the s3:// default)
+        lake = create_lake(uri, storage_options=options)  # the lake-resident catalog (the s3:// default)
         assert isinstance(lake.catalog, LakeCatalog)
         sqlite = SqliteCatalog(work / "catalog.sqlite")
         sqlite.register("orders", location="orders", kind="delta")

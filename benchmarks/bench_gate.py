@@ -26,9 +26,10 @@ def build(lake_path: Path, files: int, hour: int = 7) -> Path:
     """A lake whose telemetry table holds one hour of `files` files; returns the manifest path."""
     from delta_release.external.producer import produce_hour, upload, write_manifest
     from delta_release.external.publish import ensure_table
-    from delta_release.lake import Lake
 
-    lake = Lake.create(lake_path)
+    from ._common import create_lake
+
+    lake = create_lake(lake_path)
     ensure_table(lake, "telemetry")
     manifest, objects = produce_hour(hour, f"bench-{files}", files=files, rows=4)
     upload(lake.table_storage("telemetry"), objects)

@@ -20,9 +20,10 @@ def build(lake_path: Path | str, hours: int, files_per_hour: int, **open_kw: Any
     from delta_release.external.manifest import parse_manifest
     from delta_release.external.producer import produce_hour, upload
     from delta_release.external.publish import publish_manifest
-    from delta_release.lake import Lake
 
-    lake = Lake.create(lake_path, **open_kw)
+    from ._common import create_lake
+
+    lake = create_lake(lake_path, **open_kw)
     for hour in range(hours):
         doc, objects = produce_hour(hour, f"gen-{hour}", files=files_per_hour, rows=50)
         from delta_release.external.publish import ensure_table

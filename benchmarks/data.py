@@ -141,9 +141,10 @@ def build_ours(frame: pl.DataFrame, path: Path) -> dict[str, Any]:
     from delta_release.clock import FixedClock
     from delta_release.commit import Change, Plan, replace_partitions, write
     from delta_release.context import TableContext
-    from delta_release.lake import Lake
 
-    lake = Lake.create(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
+    from ._common import create_lake
+
+    lake = create_lake(path, clock=FixedClock(datetime(2026, 11, 29, tzinfo=UTC)))
     parts = {key[0]: df for key, df in frame.partition_by("event_day", as_dict=True, maintain_order=True).items()}
 
     class BaseRows(Plan):
@@ -200,7 +201,7 @@ def ensure(scale: Scale, kinds: tuple[str, ...] = ("ours", "delta", "iceberg"), 
     root.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"root": root, "touched_days": touched_days(scale), "per_day": per_day(scale),
                             "tables": {}}
-    data_fields = ("rows", "memory_rows", "days", "touched_days", "batch", "seed")
+    data_fields = ("rows", "days", "touched_days", "batch", "seed")  # a table is stamped by its own days
     params = {"scale": {k: v for k, v in scale.to_json().items() if k in data_fields}, "format": 3}
     batch_dir = root / "batch"
     if not _stamp(batch_dir, params):

@@ -1,7 +1,7 @@
 """`make bench`: build the data, run every contender on the same data in one run, print figures and
 ratios, write benchmarks/RESULTS.md and its chart.
 
-    python -m benchmarks.run [--scale tiny|small|full] [--only apply,decode,...] [--skip pyiceberg]
+    python -m benchmarks.run [--scale micro|tiny|small|full] [--large] [--only apply,decode,...] [--skip pyiceberg]
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from . import report
-from ._common import BENCH, SCALES, Scale, data_dir, link_copy, machine, median, run_child, versions
+from ._common import BENCH, SCALES, Scale, data_dir, large, link_copy, machine, median, run_child, versions
 
-SECTIONS = ("apply", "decode", "memory", "audit", "gate", "planning", "catalog", "engines")
+SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory", "stream",
+            "engines")
+DEFAULT_OFF = {"stream"}  # run with --only stream
 
 
 def log(msg: str) -> None:
@@ -30,15 +32,20 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
     from . import bench_apply as ba
     from . import data
 
+    try:
+        import pyiceberg  # noqa: F401  (the `bench` extra; not in every environment)
+    except ImportError:
+        skip = skip | {"pyiceberg"}
+        log("  pyiceberg is not installed (pip install -e '.[bench]'): its contender is skipped")
     kinds = ("ours", "delta") + (() if "pyiceberg" in skip else ("iceberg",))
     info = data.ensure(scale, kinds, log=log)
     days = info["touched_days"]
     work_root = data_dir(scale) / "work"
     work_root.mkdir(exist_ok=True)
     sizes = sorted(info["tables"])
-    main_rows = sizes[-1]
+    main_rows = min(sizes, key=lambda n: abs(n - scale.rows))  # the contenders' comparison; larger: ours
     out: dict[str, Any] = {"touched_days": days, "batch_events": scale.batch, "sizes": sizes,
-                           "main_rows": main_rows, "runs": {}}
+                           "main_rows": main_rows, "large": scale.large, "runs": {}}
     for rows in sizes:
         entry = info["tables"][rows]
         for contender in ba.CONTENDERS:
@@ -46,13 +53,14 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
                 continue
             if contender == "pyiceberg" and rows != main_rows and scale.name == "full":
                 continue  # minutes per run at this size: timed at the main size only
-            reps = scale.repeats if rows == main_rows and contender != "pyiceberg" else 1
+            reps = scale.repeats if ((rows == main_rows and contender != "pyiceberg")
+                                     or (rows == sizes[-1] and contender == "ours")) else 1
             runs: list[dict[str, Any]] = []
             for _ in range(reps):
                 if contender == "ours":
                     work = work_root / "ours"
                     link_copy(entry["ours"], work)
-                elif contender in ("deltalake", "polars"):
+                elif contender in ("deltalake", "deltalake_jsonl", "polars"):
                     work = work_root / contender
                     link_copy(entry["delta"], work)
                 elif contender == "floor":
@@ -140,7 +148,10 @@ MEMORY_SIZES = {"micro": "1M", "tiny": "8M", "small": "32M", "full": "256M"}
 MEMORY_SIZE: dict[str, str] = {}  # --memory-size
 
 
-def bench_memory(scale: Scale, skip: set[str]) -> dict[str, Any]:
+def bench_stream(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    """The decode engineer's memory benchmark (benchmarks/bench_memory.py): read_batch_file and Lake.ingest on
+    a one-line and a normal-lines file of --memory-size. The `memory` section covers the same files against
+    polars; this one adds the streamed decode step alone."""
     from . import bench_memory as bm
 
     size = bm.parse_size(MEMORY_SIZE.get("size") or MEMORY_SIZES.get(scale.name, "64M"))
@@ -329,6 +340,215 @@ def bench_catalog(scale: Scale, skip: set[str]) -> dict[str, Any]:
     return {"result": r, "rows": rows, "notes": notes}
 
 
+# -- 7. ingest time against the table's history (issue 14.6a; benchmarks/bench_versions.py) ----------------
+
+def bench_versions(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    from ._common import layout_fingerprint
+
+    cps = list(scale.version_checkpoints)
+    root = data_dir(scale) / "versions"
+    lake = root / "lake"
+    params = {"checkpoints": cps, "days": scale.version_days, "rows": scale.version_rows_per_day,
+              "layout": layout_fingerprint(), "format": 1}
+    stamp, lock = root / ".built.json", root / ".building"
+    build: dict[str, Any] = {}
+    partial = False
+    if lock.exists() and _alive(int(lock.read_text() or 0)):
+        # another run is building this history: time what it has (the checkpoints copied so far and a copy
+        # of the lake as it stands, which the package must read like a lake after a crash) and say so
+        partial = True
+        built = sorted(int(d.name.split("@")[1]) for d in root.glob("lake@*"))
+        cps = [c for c in cps if c in built]
+        log(f"  the history is still being built (pid {lock.read_text()}): timing {cps} and the lake as it stands")
+    elif not stamp.exists() or json.loads(stamp.read_text()).get("params") != params:
+        import os
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        lock.write_text(str(os.getpid()))
+        log(f"  building the history: {cps[-1]:,} versions through the writer (once; cached in {root})")
+        res = run_child("benchmarks.bench_versions", "build", str(lake), ",".join(map(str, cps)),
+                        str(scale.version_days), str(scale.version_rows_per_day), timeout=4 * 3600)
+        lock.unlink()
+        if not res.ok:
+            return {"error": f"building the history: {res.error}"}
+        build = res.data
+        stamp.write_text(json.dumps({"params": params, "build": build}))
+    else:
+        build = json.loads(stamp.read_text())["build"]
+    runs: dict[str, Any] = {}
+    rows: list[tuple[str, str, str, str, str]] = []
+    sources = {v: root / f"lake@{v}" for v in cps}
+    if partial:
+        from delta_release import _delta
+
+        snap = data_dir(scale) / "work" / "versions-live"
+        link_copy(lake, snap)
+        live = _delta.latest_version(str(snap / "orders"), {})
+        if live is not None:
+            cps.append(live)
+            sources[live] = snap
+    for v in cps:
+        work = data_dir(scale) / "work" / "versions"
+        link_copy(sources[v], work)
+        res = run_child("benchmarks.bench_versions", "time", str(work), str(scale.version_events),
+                        str(scale.version_touched), str(scale.version_ingests), str(scale.version_days),
+                        str(scale.version_rows_per_day), timeout=3600)
+        runs[str(v)] = {"ok": res.ok, "error": res.error, **res.data}
+        log(f"  versions v{v:>6,}: " + (f"median {res.data['median_s']:.3f}s first {res.data['first_s']:.3f}s"
+                                       if res.ok else f"FAILED {res.error}"))
+    first = runs[str(cps[0])]
+    for v in cps:
+        r = runs[str(v)]
+        label = (f"Lake.ingest of {scale.version_events:,} events ({scale.version_touched} days) at version {v:,}, "
+                 f"median of {scale.version_ingests}")
+        if not r["ok"]:
+            rows.append(("versions", label, "failed: " + str(r["error"])[:80], "", ""))
+            continue
+        fig = (f"{r['median_s'] * 1000:,.0f} ms (runs {', '.join(f'{x:.2f}' for x in r['runs'])}); first ingest "
+               f"after open {r['first_s'] * 1000:,.0f} ms, open {r['open_s'] * 1000:,.0f} ms")
+        ratio = target = ""
+        if v != cps[0] and first["ok"]:
+            x = r["median_s"] / first["median_s"]
+            ratio = f"v{v:,}/v{cps[0]:,} = {x:.2f}x (first ingest {r['first_s'] / first['first_s']:.2f}x)"
+            if v == cps[-1]:
+                target = "<= 1.2x" + (" (met)" if x <= 1.2 else " (NOT met)")
+        rows.append(("versions", label, fig, ratio, target))
+    notes = [f"History: {cps[-1]:,} versions written through the writer path (stage, gate, strict commit, publish; "
+             f"one day of {scale.version_days} replaced per version, {scale.version_rows_per_day} orders a day, a "
+             f"batch id and a raw batch per version), built in {build.get('build_seconds')} s and cached; writer "
+             f"commit seconds along the way: {build.get('commit_s')}. Each checkpoint is timed on a fresh copy in a "
+             "fresh process: open the lake, then the timed ingests one after the other (the first pays cold "
+             "handles and any index catch-up)."]
+    if partial:
+        notes.append(f"The {scale.version_checkpoints[-1]:,}-version history was still being built when this run "
+                     f"timed it: the last row is the lake as it stood (version {cps[-1]:,}), copied mid-build.")
+    return {"build": build, "runs": runs, "rows": rows, "notes": notes}
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return pid > 0
+
+
+# -- 8. concurrent writer processes (issue 14.6f; benchmarks/bench_writers.py) ------------------------------
+
+def bench_writers(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    n, events = scale.writers, scale.writer_events
+    out: dict[str, Any] = {"runs": {}}
+    rows: list[tuple[str, str, str, str, str]] = []
+    for mode in ("disjoint", "overlapping"):
+        got: dict[str, Any] = {}
+        for kind in ("ours", "deltalake"):
+            if kind in skip:
+                continue
+            res = run_child("benchmarks.bench_writers", "run", kind, mode, str(data_dir(scale) / "work" / "writers"),
+                            str(n), str(events), timeout=3600)
+            r = got[kind] = {"ok": res.ok, "error": res.error, **res.data}
+            out["runs"][f"{kind}|{mode}"] = r
+            log(f"  writers {mode:<11} {kind:<9} " + (f"exit 0 {r['exit0']}/{n}, equal {r['equals_reference']}, "
+                                                     f"{r['wall_s']:.1f}s" if res.ok else f"FAILED {res.error}"))
+        for kind, r in got.items():
+            label = (f"{'ours: Lake.ingest' if kind == 'ours' else 'deltalake merge from the JSONL'} x {n} processes, "
+                     f"{mode} days, {events:,} events each")
+            if not r["ok"]:
+                rows.append(("writers", label, "failed: " + str(r["error"])[:80], "", ""))
+                continue
+            tput = r["commits_per_s"]
+            fig = (f"exit 0: {r['exit0']}/{n}; result = reference fold: {'yes' if r['equals_reference'] else 'NO'}; "
+                   f"{tput or 0:.2f} commits/s ({r['exit0']} in {r['wall_s']:.1f} s)")
+            if kind == "ours":
+                fig += f"; stale parents {r['stale_parents']}, max attempts {r['max_attempts']}"
+            if r["errors"]:
+                fig += "; failures: " + "; ".join(r["errors"])[:160]
+            ratio = target = ""
+            other = got.get("deltalake")
+            if kind == "ours":
+                met = r["exit0"] == n and r["equals_reference"]
+                target = f"all {n} exit 0, = reference" + (" (met)" if met else " (NOT met)")
+                if other and other.get("ok") and other.get("commits_per_s") and tput:
+                    ratio = f"ours/deltalake commits/s = {tput / other['commits_per_s']:.2f}x"
+            rows.append(("writers", label, fig, ratio, target))
+    notes = ["Every writer process imports first and waits for a common start time; the wall time runs from that "
+             "start to the last writer's end, throughput is successful commits over it. The reference fold is "
+             "computed from the base rows and all batches (highest position wins, deletes leave tombstones) and "
+             "compared with the table's current rows. A failed writer's batch is still in the reference, so a "
+             "lost batch also shows as a result that differs."]
+    return {**out, "rows": rows, "notes": notes}
+
+
+# -- 9. peak memory: a backfill and hostile file sizes (issues 14.6g and 17.4; benchmarks/bench_peak.py) ---------
+
+FIXED_BUDGET_MB = 512  # the "fixed budget" of issue 17.4, as this harness reads it
+
+
+def bench_memory(scale: Scale, skip: set[str]) -> dict[str, Any]:
+
+    root = data_dir(scale).parent / "peak"  # shared by the scales: the files depend only on their size
+    fb = scale.file_bytes
+    size = f"{fb / 2**30:g} GiB" if fb >= 2**30 else f"{fb / 2**20:g} MiB" if fb >= 2**20 else f"{fb / 2**10:g} KiB"
+    cases = [("backfill", scale.backfill_events, f"backfill of {scale.backfill_events:,} events over 365 days"),
+             ("lines", fb, f"{size} file of normal event lines"), ("long", fb, f"{size} file that is one line")]
+    try:
+        from delta_release.contract.lines import MAX_LINE_BYTES  # type: ignore[import-not-found]
+    except ImportError:
+        MAX_LINE_BYTES = None  # noqa: N806 - no documented line limit in this package
+    runs: dict[str, Any] = {}
+    rows: list[tuple[str, str, str, str, str]] = []
+    for kind, size, what in cases:
+        path = root / f"{kind}_{size}.jsonl"
+        if not path.exists():
+            t0 = time.perf_counter()
+            res = run_child("benchmarks.bench_peak", "build", kind, str(size), str(path), timeout=7200)
+            log(f"  built {path.name} in {time.perf_counter() - t0:.0f}s")
+        got: dict[str, Any] = {}
+        for contender in ("ours", "polars"):
+            work = data_dir(scale) / "work" / "peak"
+            res = run_child("benchmarks.bench_peak", "run", contender, str(path), str(work), timeout=7200)
+            r = got[contender] = {"ok": res.ok, "error": res.error, **res.data}
+            runs[f"{kind}|{contender}"] = r
+            log(f"  memory {kind:<8} {contender:<6} " + (f"{r['seconds']:.1f}s peak {r['maxrss_mb']:.0f} MiB"
+                                                       if res.ok else f"FAILED {res.error}"))
+        file_mb = path.stat().st_size / 2**20
+        for contender, r in got.items():
+            label = (f"{'ours: Lake.ingest' if contender == 'ours' else 'polars.read_ndjson + write_deltalake'}, "
+                     f"{what}")
+            if not r["ok"]:
+                rows.append(("memory", label, "failed: " + str(r["error"])[:100], "", ""))
+                continue
+            if "failed" in r:
+                fig = f"failed after {r['seconds']:.1f} s: {r['failed'][:80]}; peak {r['maxrss_mb']:,.0f} MiB"
+            else:
+                fig = (f"peak {r['maxrss_mb']:,.0f} MiB, {r['seconds']:.1f} s ({r['extracted']:,} lines, "
+                       f"{r['accepted']:,} accepted, {r['quarantined']:,} quarantined)")
+            ratio = f"peak/file = {r['maxrss_mb'] / file_mb:.2f}x"
+            target = ""
+            other = got.get("polars", {})
+            if contender == "ours":
+                if other.get("ok") and "failed" not in other:
+                    ratio += f"; ours/polars peak = {r['maxrss_mb'] / other['maxrss_mb']:.2f}x"
+                if kind == "backfill":
+                    target = "completes" + (" (met)" if r["accepted"] == size else " (NOT met)")
+                elif kind == "long":
+                    limit_mb = (MAX_LINE_BYTES or 0) / 2**20
+                    bound = 3 * limit_mb + FIXED_BUDGET_MB
+                    target = (f"<= 3x the line limit + {FIXED_BUDGET_MB} MiB = {bound:,.0f} MiB"
+                              if MAX_LINE_BYTES else f"<= {FIXED_BUDGET_MB} MiB (no line limit in the package)")
+                    target += " (met)" if r["maxrss_mb"] <= bound else " (NOT met)"
+            rows.append(("memory", label, fig, ratio, target))
+    notes = [f"Files are built once under {root} and reused. The single-line file holds a delete whose order id "
+             f"is the whole line; `--large` runs the 20M-event backfill and 2 GiB files. The fixed budget of issue "
+             f"17.4 is read here as {FIXED_BUDGET_MB} MiB; line limit: "
+             + (f"{MAX_LINE_BYTES:,} bytes." if MAX_LINE_BYTES else "none in this package.")]
+    return {"runs": runs, "rows": rows, "notes": notes}
+
+
 # -- engines (benchmarks/bench_engines.py, owned by the interop engineer) -------------------------------------
 
 def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
@@ -348,8 +568,9 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
 # -- the run ---------------------------------------------------------------------------------------------
 
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
-    "apply": bench_apply, "decode": bench_decode, "memory": bench_memory, "audit": bench_audit, "gate": bench_gate,
-    "planning": bench_planning, "catalog": bench_catalog, "engines": bench_engines,
+    "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
+    "planning": bench_planning, "catalog": bench_catalog, "versions": bench_versions,
+    "writers": bench_writers, "memory": bench_memory, "stream": bench_stream, "engines": bench_engines,
 }
 
 
@@ -358,6 +579,12 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", choices=sorted(SCALES), default="full")
     ap.add_argument("--small", action="store_const", const="small", dest="scale", help="same as --scale small")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other sections of this scale's last results.json (each section says which "
+                         "run it comes from)")
+    ap.add_argument("--large", action="store_true",
+                    help="add the large cases: apply at 50M rows, the 20M-event backfill, the 2 GiB files, the "
+                         "100k-file gate, pyiceberg's 300 s limit (`make bench LARGE=1`)")
     ap.add_argument("--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections or contenders to leave out")
     ap.add_argument("--render", action="store_true",
@@ -370,31 +597,50 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_size:
         MEMORY_SIZE["size"] = args.memory_size
     scale = SCALES[args.scale]
+    if args.large:
+        scale = large(scale)
     md_path = args.results or (BENCH / "RESULTS.md" if scale.name == "full" else data_dir(scale) / "RESULTS.md")
     if args.render:
         results = json.loads((data_dir(scale) / "results.json").read_text())
         print(report.console(results))
         report.write_markdown(results, md_path)
         return 0
-    only = {s for s in args.only.split(",") if s} or set(SECTIONS)
+    only = {s for s in args.only.split(",") if s} or set(SECTIONS) - DEFAULT_OFF
     skip = {s for s in args.skip.split(",") if s}
     results: dict[str, Any] = {"scale": scale.to_json(), "machine": machine(), "versions": versions(),
                                "command": "python -m benchmarks.run " + " ".join(argv if argv is not None
                                                                                  else sys.argv[1:]),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "sections": {}}
+    from delta_release import progress
+
+    progress.configure(progress.wanted(False))  # a spinner per section on a terminal; silent in logs
+    previous = data_dir(scale) / "results.json"
+    if args.merge and previous.exists():
+        kept = json.loads(previous.read_text())
+        for name, sec in kept["sections"].items():
+            sec.setdefault("run", {"command": kept["command"], "started": kept["started"],
+                                   "load_average": kept["machine"]["load_average"]})
+            results["sections"][name] = sec
     t0 = time.perf_counter()
+    import os
+
     for name in SECTIONS:
         if name not in only or name in skip or name not in BENCHES:
             continue
         log(f"[{name}]")
         s0 = time.perf_counter()
         try:
-            results["sections"][name] = BENCHES[name](scale, skip)
+            with progress.step(f"benchmark {name}"):
+                results["sections"][name] = BENCHES[name](scale, skip)
         except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others
             results["sections"][name] = {"error": f"{type(exc).__name__}: {exc}"}
             log(f"  {name} FAILED: {type(exc).__name__}: {exc}")
         results["sections"][name]["section_seconds"] = round(time.perf_counter() - s0, 1)
+        results["sections"][name]["run"] = {"command": results["command"], "started": time.strftime(
+            "%Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() - (time.perf_counter() - s0))),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
     results["total_seconds"] = round(time.perf_counter() - t0, 1)
+    results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     out_dir = data_dir(scale)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -80,6 +80,7 @@ class TableContext:
     publisher: Publisher
     erasures: ErasureLedger
     lake: LakeContext | None = field(default=None, compare=False, repr=False)  # for the writer's lake-wide upkeep
+    index_root: Storage | None = None  # <lake>/_index/<table>/: the hot path's indexes (issue 14)
 
     @property
     def storage(self) -> Storage:
@@ -150,7 +151,7 @@ class LakeContext:
         """The writer's context for one of our tables."""
         return TableContext(name=name, uri=self.table_uri(name), storage_options=self.options,
                             table=self.table_def(name), clock=self.clock, publisher=self.publisher,
-                            erasures=self.erasures, lake=self)
+                            erasures=self.erasures, lake=self, index_root=self.storage.child(f"_index/{name}"))
 
     # -- publication -----------------------------------------------------------------------------
     def published(self, name: str) -> Publication | None:

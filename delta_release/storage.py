@@ -174,6 +174,10 @@ class Storage:
         rel = rel.strip("/")
         return f"{self._base}/{rel}" if rel else self._base
 
+    def full_path(self, rel: str = "") -> str:
+        """`rel` as a path of `self.fs` (for pyarrow datasets over several files)."""
+        return self._full(rel)
+
     def local_path(self, rel: str = "") -> Path:
         if not self.is_local:
             raise InputError("this operation needs a local lake", uri=self.root)
@@ -341,6 +345,14 @@ class Storage:
             self.fs.create_dir(full_dir, recursive=True)
 
     def delete(self, rel: str) -> None:
+        if not self.is_local:  # pyarrow's delete_file PUTs a `dir/` marker when it empties a prefix
+            import obstore
+
+            try:
+                obstore.delete(self._obstore(), rel.strip("/"))
+            except FileNotFoundError:
+                pass
+            return
         try:
             self.fs.delete_file(self._full(rel))
         except FileNotFoundError:

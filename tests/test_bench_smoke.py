@@ -24,11 +24,24 @@ def test_bench_runner_runs_at_micro_scale(tmp_path: Path) -> None:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((tmp_path / "micro" / "results.json").read_text())
-    for section in ("apply", "decode", "audit", "gate", "planning", "catalog"):
+    for section in ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory"):
         assert "error" not in results["sections"][section], results["sections"][section]
     assert results["sections"]["catalog"]["result"]["same_answer"] is True
     runs = results["sections"]["apply"]["runs"]
     main = runs[str(results["sections"]["apply"]["main_rows"])]
     assert main["ours"]["ok"] and main["deltalake"]["ok"], main
     assert main["deltalake"]["check"] == main["ours"]["check"]  # same rows after the same batch
-    assert "| apply |" in out.read_text()
+    text = out.read_text()
+    assert "| apply |" in text
+    # issue 14.6: each new section prints ours beside its alternative, with its target marked
+    assert "deltalake merge from the same JSONL" in text
+    versions = results["sections"]["versions"]["runs"]
+    assert all(r["ok"] and len(r["runs"]) == 2 for r in versions.values()), versions
+    writers = results["sections"]["writers"]["runs"]
+    assert set(writers) == {f"{k}|{m}" for k in ("ours", "deltalake") for m in ("disjoint", "overlapping")}
+    assert all(r["ok"] for r in writers.values()), writers
+    memory = results["sections"]["memory"]["runs"]
+    assert memory["backfill|ours"]["ok"] and memory["backfill|ours"]["accepted"] == 2_000, memory
+    for section in ("versions", "writers", "memory"):
+        assert f"| {section} |" in text
+    assert "gate/floor" in text

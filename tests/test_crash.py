@@ -88,9 +88,8 @@ def test_matrix_covers_every_writer_and_the_generic_points() -> None:
     generic = {"commit.during", "ingest.after_commit", "ingest.after_publish"}
     for writer in ("ingest", "replay", "erase", "rollback", "publish"):
         assert generic <= names[writer], writer
-    # the run commits once, at ship, through commit.writer.commit (not write): its own points stand for
-    # ingest.after_commit / after_publish
-    assert "commit.during" in names["run"]
+    # a release run stages and commits with stage()/commit(), not write(): only their points fire in it
+    assert {"ingest.after_staging", "ingest.after_gate", "commit.during", "publish.before_swap"} <= names["run"]
     for writer in ("ingest", "replay", "rollback"):
         assert {"stage.after_first_file", "ingest.after_staging", "ingest.after_gate"} <= names[writer]
     assert {"run.after_stage", "run.before_ship_commit", "run.after_ship_commit"} <= names["run"]

@@ -221,8 +221,15 @@ def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: p
 
 
 def test_subject_never_seen_is_recorded_and_blocked(lake: dr.Lake) -> None:
+    # issue 15: an id the lake never saw is refused unless forced (it would be blocked forever)
+    from delta_release.api_checks import UnknownSubjectError
+
     lake.ingest(jsonl([up("a", 1)]))
-    report = lake.erase(SUBJECT)
+    with pytest.raises(UnknownSubjectError) as info:
+        lake.erase(SUBJECT)
+    assert info.value.exit_code == 3 and SUBJECT not in str(info.value) and "--force" in str(info.value)
+    assert lake.erasures.entries() == []
+    report = lake.erase(SUBJECT, force=True)
     assert report.version is None and report.rows_removed == 0 and report.exposed_versions == []
     assert lake.latest_version("orders") == 1
     assert lake.ingest(jsonl([up(SUBJECT, 2)])).reasons == {"erased_subject": 1}
@@ -294,7 +301,7 @@ def test_second_engine_never_returns_the_subject(history_lake: dr.Lake) -> None:
 def test_broken_lines_naming_an_erased_subject_keep_no_raw_text_on_replay(lake: dr.Lake) -> None:
     from delta_release.erasure.text import names_erased_subject
 
-    lake.erase(SUBJECT)
+    lake.erase(SUBJECT, force=True)  # erased before it was ever seen
     erased, key = lake.erasures.erased_subjects(), lake.erasures.subject_key
     escaped = '{"order_id": "ord-\\u0073ubject-47", "position": '   # the id written with a JSON escape
     assert names_erased_subject(escaped, erased, key)

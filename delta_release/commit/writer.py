@@ -26,12 +26,14 @@ run.before_ship_commit, run.after_ship_commit, storage.after_temp:<top directory
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from .. import _delta
+from .. import _delta, index
 from ..context import TableContext
 from ..errors import NotFoundError, StaleParentError
 from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
@@ -40,7 +42,11 @@ from ..gateway.catalog import Publication
 from ..stage import Candidate, gate_candidate, stage_partitions
 from ..stage.candidate import FileEvidence
 
-MAX_ATTEMPTS = 8
+# Each failed attempt means another writer committed, so the table moved forward: with N writers at
+# once a writer waits for at most N - 1 others. 64 covers dozens of concurrent writers; a jittered
+# backoff (capped at BACKOFF_MAX_S) keeps many writers from re-colliding in lockstep.
+MAX_ATTEMPTS = 64
+BACKOFF_MAX_S = 0.5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +69,10 @@ class Change:
     batch_ids: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)  # evidence details (JSON-able, no subject ids)
     label: str | None = None  # a publication label (an external generation)
+    # For the key index (never written as plain ids): key -> partition value of the orders this change
+    # places (None: derive them from every row it stages), and keys it removes from the table (erasure).
+    locations: dict[str, Any] | None = None
+    gone_keys: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -146,8 +156,9 @@ def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: An
 def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.DataFrame], *, operation: str,
                        batch_ids: list[str] | None = None, details: dict[str, Any] | None = None) -> Change:
     """A change that replaces whole partitions: their new content, and every file they hold at `parent`."""
-    removes = files_of_partitions(_delta.file_entries(ctx.uri, ctx.storage_options, parent),
-                                  ctx.table.partition, partitions) if partitions else []
+    column = ctx.table.partition
+    removes = _delta.partition_entries(ctx.uri, ctx.storage_options, parent, column,
+                                       [partition_text(v) for v in partitions]) if partitions else []
     return Change(operation=operation, partitions=partitions, removes=removes, batch_ids=list(batch_ids or []),
                   details=dict(details or {}))
 
@@ -218,7 +229,7 @@ def recover_publication(ctx: TableContext) -> Publication | None:
     current = ctx.publisher.current(ctx.name)
     if latest is None or (current is not None and current.version >= latest):
         return current
-    raw = _delta.history(ctx.uri, ctx.storage_options, 1)[0]["evidence"]
+    raw = _delta.version_evidence(ctx.uri, ctx.storage_options, latest)
     if raw is None:
         return current  # not ours
     evidence = CommitEvidence.from_json(raw)
@@ -262,6 +273,25 @@ def before_work(ctx: TableContext, *, lake_wide: bool = True) -> Upkeep:
     return upkeep
 
 
+def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> None:
+    """Tell the indexes what commit `version` did. They are caches: a writer killed before this point
+    leaves them behind, and the next lookup rebuilds what is missing from the Delta log."""
+    change = staged.change
+    batches = index.batch_index(ctx)
+    if batches is not None and change.batch_ids:
+        batches.record(change.batch_ids, version)
+    keys = index.key_index(ctx)
+    if keys is None:
+        return
+    locations = change.locations
+    if locations is None:
+        key = ctx.table.key or ""
+        locations = {}
+        for value, frame in change.partitions.items():
+            locations.update(dict.fromkeys(frame[key].to_list(), value))
+    keys.record(version, locations, change.gone_keys, files=[e.add.path for e in change.existing])
+
+
 def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attempts: int = MAX_ATTEMPTS,
           upkeep: bool = True) -> WriteResult:
     """Build `plan` on the latest parent, stage, gate, commit strictly, retry on a stale parent, publish.
@@ -289,10 +319,12 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
             version = commit(ctx, staged)
         except StaleParentError as exc:
             stale.append(StaleParent(expected=exc.expected, found=exc.found))
+            time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
             continue
         crash_point("ingest.after_commit")
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
         crash_point("ingest.after_publish")
+        record_indexes(ctx, version, staged)
         return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
                            stale_parents=stale, upkeep=done)
     raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)

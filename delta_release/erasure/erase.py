@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from .. import _delta
+from .. import _delta, index
 from ..arguments import finite
 from ..clock import iso
 from ..commit.writer import Change, Plan, before_work, replace_partitions, write
@@ -28,13 +28,14 @@ from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError
 from ..faults import crash_point
+from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
 from ..storage import HOST_TAG
 from ..storage import _pid_alive as pid_alive
 from ..tables import DEFAULT_TABLE
 from ..views import partition_filter
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
-from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_batches_holding
+from .pending import pending_for, raw_batches_holding
 
 
 @dataclass(slots=True, kw_only=True)
@@ -81,6 +82,10 @@ class RemoveSubject(Plan):
     def build(self, ctx: TableContext, parent: int) -> Change:
         key, pcol = ctx.table.key or "", ctx.table.partition
         lf = _delta.scan(ctx.uri, ctx.storage_options, parent)
+        keys = index.key_index(ctx)
+        if keys is not None:  # the partition the key index names (stale at worst: then it holds nothing)
+            where = keys.locate([self.order_id], upto=parent)
+            lf = lf.filter(partition_filter(pcol, list(where.values())))
         hits = lf.filter(pl.col(key) == self.order_id).select(pcol).collect()
         self.partitions = sorted(set(hits[pcol].to_list()), key=lambda d: (d is None, d or 0))
         if not self.partitions:
@@ -90,15 +95,22 @@ class RemoveSubject(Plan):
         kept = base.filter(pl.col(key) != self.order_id)
         self.rows_removed = base.height - kept.height
         partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in self.partitions}
-        return replace_partitions(ctx, parent, partitions, operation="erase",
-                                  details={"rows_removed": self.rows_removed, "subjects_removed": 1})
+        change = replace_partitions(ctx, parent, partitions, operation="erase",
+                                    details={"rows_removed": self.rows_removed, "subjects_removed": 1})
+        change.locations, change.gone_keys = {}, [self.order_id]  # the rest of those partitions stays put
+        return change
 
 
 def _remove_subject(lake: LakeContext, table: str, order_id: str, report: ErasureReport) -> None:
     """Commit the table without the subject's rows (no commit when it holds none). The caller ran the
     writer's upkeep (`before_work`) already: completing pending erasures there would recurse."""
     plan = RemoveSubject(order_id)
-    result = write(lake.table(table), plan, upkeep=False)
+    ctx = lake.table(table)
+    result = write(ctx, plan, upkeep=False)
+    keys = index.key_index(ctx)
+    latest = ctx.latest_version()
+    if keys is not None and latest is not None:  # the subject's hash leaves the key index's files
+        keys.forget(order_id, latest)
     report.attempts = result.attempts
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is None:

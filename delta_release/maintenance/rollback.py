@@ -109,8 +109,10 @@ class RestorePlan(Plan):
         check_readable(lake, table, to, action="rolling back to")  # vacuumed: nothing left to restore
         exposing = exposing_entries(lake, table, to)
         if exposing and not self.repair_forward:
+            from ..api_checks import nearest_hint
+
             err = exposure_error(table, to, len(exposing), action="rolling back to",
-                                 resume=pending_resume(lake, exposing))
+                                 hint=nearest_hint(lake, table, to), resume=pending_resume(lake, exposing))
             err.message += "; use --repair-forward to restore it without the erased subjects"
             err.args = (err.message,)
             raise err

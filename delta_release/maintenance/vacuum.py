@@ -35,9 +35,8 @@ from ..storage import TEMP_PREFIX
 if TYPE_CHECKING:
     from ..context import LakeContext
 
-RETAIN_VERSIONS = 10
-REPLAY_HORIZON_HOURS = 168.0
-ORPHAN_GRACE_HOURS = 1.0
+from ..retention import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS  # noqa: E402 - one set
+
 _PRIORITY = ("latest", "published", "retained", "replay_horizon")
 
 

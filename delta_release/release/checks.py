@@ -194,7 +194,8 @@ def check_audit(ctx: RunContext) -> CheckResult:
     return CheckResult(name="audit_bytes", passed=ok,
                        detail=f"days {a}..{b} scan {r['bytes']['scanned']} of {r['bytes']['full_scan']} bytes "
                               f"({100 * r['fraction']:.1f}%, threshold {100 * ctx.config.audit.max_fraction:.0f}%)",
-                       evidence={"fraction": r["fraction"], "threshold": ctx.config.audit.max_fraction})
+                       evidence={"fraction": r["fraction"], "observed": r["fraction"],
+                                 "threshold": ctx.config.audit.max_fraction})
 
 
 def receive_manifest(lake: Lake, path: Path, uploaded: list[str] | None = None) -> Any:
@@ -247,6 +248,143 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
                                                | {"ok": r["gate"]["ok"]} for r in reports]})
 
 
+# -- release thresholds (config `thresholds:`): observed value vs threshold, one check each ---------------
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def _current(lake: Lake, version: int | None) -> pl.DataFrame:
+    """order_id, event_day and position of the current rows (tombstones excluded) at `version`."""
+    if version is None:
+        return pl.DataFrame(schema={"order_id": pl.String, "event_day": pl.Int64, "position": pl.Int64})
+    return (_delta.scan(lake.table_uri("orders"), lake.options, version)
+            .filter(pl.col("deleted").not_()).select("order_id", "event_day", "position").collect())
+
+
+def _max_applied_position(lake: Lake, version: int | None) -> int | None:
+    if version is None:
+        return None
+    value = (_delta.scan(lake.table_uri("orders"), lake.options, version)
+             .select(pl.col("position").max()).collect().item())
+    return None if value is None else int(value)
+
+
+def _batch_events(lake: Lake, batch_id: str) -> pl.DataFrame:
+    """The accepted events of one retained raw batch (quarantined lines left out)."""
+    decoded = decode_batch(lake.raw.read(batch_id))
+    quarantined = lake.quarantine.rows(batch_id)["line"].to_list()
+    return decoded.events.filter(~pl.col("line").is_in(quarantined))
+
+
+def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
+    t = ctx.config.thresholds
+    per_batch = [{"batch_id": r["batch_id"], "extracted": r["extracted"], "quarantined": r["quarantined"],
+                  "share": round(_share(r["quarantined"], r["extracted"]), 4)} for r in ctx.reports]
+    over = [b for b in per_batch if b["share"] > t.rejected_per_batch]
+    # "mostly", weighted by lines: a tiny all-bad batch among large good ones does not hold the run by itself
+    lines = sum(b["extracted"] for b in per_batch)
+    within = _share(lines - sum(b["extracted"] for b in over), lines) if lines else 1.0
+    ctx.evidence["rejected_per_batch"] = per_batch
+    extracted = sum(r["extracted"] for r in ctx.reports)
+    quarantined = sum(r["quarantined"] for r in ctx.reports)
+    overall = _share(quarantined, extracted)
+    by_reason: dict[str, int] = {}
+    for r in ctx.reports:
+        for code, n in r["reasons"].items():
+            by_reason[code] = by_reason.get(code, 0) + n
+    reasons = {code: {"count": n, "observed": round(_share(n, extracted), 4),
+                      "threshold": t.rejected_by_reason.get(code, t.rejected_by_reason["default"])}
+               for code, n in sorted(by_reason.items())}
+    top_reason = max(reasons, key=lambda c: reasons[c]["observed"]) if reasons else ""
+    reasons_over = {c: v for c, v in reasons.items() if v["observed"] > v["threshold"]}
+    def pct(x: float) -> str:
+        return f"{x:.1%}"
+
+    return [
+        CheckResult(name="rejected_per_batch", passed=within >= t.rejected_mostly,
+                    detail=f"{pct(within)} of the run's lines are in batches that reject at most"
+                           f" {pct(t.rejected_per_batch)} of their lines; at least {pct(t.rejected_mostly)} must be"
+                           f" ({len(over)} of {len(per_batch)} batches over)"
+                           + ("; over: " + ", ".join(f"{b['batch_id']} {pct(b['share'])}" for b in over)
+                              if over else ""),
+                    evidence={"observed": round(within, 4), "threshold": t.rejected_mostly,
+                              "per_batch_limit": t.rejected_per_batch, "batches_over": over}),
+        CheckResult(name="rejected_overall", passed=overall <= t.rejected_overall,
+                    detail=f"{quarantined} of {extracted} lines rejected ({pct(overall)}, threshold"
+                           f" {pct(t.rejected_overall)})",
+                    evidence={"observed": round(overall, 4), "threshold": t.rejected_overall,
+                              "quarantined": quarantined, "extracted": extracted}),
+        CheckResult(name="rejected_by_reason", passed=not reasons_over,
+                    detail="every reason code within its limit" + (
+                        f" (highest {top_reason} {pct(reasons[top_reason]['observed'])})" if reasons else "")
+                    if not reasons_over else
+                    "over the limit: " + ", ".join(f"{c} {pct(v['observed'])} > {pct(v['threshold'])}"
+                                                   for c, v in reasons_over.items()),
+                    evidence={"observed": max((v["observed"] for v in reasons.values()), default=0.0),
+                              "threshold": t.rejected_by_reason["default"], "reasons": reasons}),
+    ]
+
+
+def _event_checks(ctx: RunContext) -> list[CheckResult]:
+    t = ctx.config.thresholds
+    lake = ctx.lake
+    parent = ctx.candidate.parent
+    running = _max_applied_position(lake, parent)
+    before = _current(lake, parent)
+    newest = before["event_day"].max() if before.height else None  # newest event_day applied so far
+    late = accepted = stale = upserts = 0
+    for r in ctx.reports:
+        if r.get("duplicate"):
+            continue
+        events = _batch_events(lake, r["batch_id"])
+        accepted += events.height
+        if running is not None:
+            late += events.filter(pl.col("position") < running).height
+        top = events["position"].max()
+        if top is not None:
+            running = int(top) if running is None else max(running, int(top))  # type: ignore[arg-type]
+        ups = events.filter(pl.col("kind") == "upsert")
+        upserts += ups.height
+        if newest is not None:
+            stale += ups.filter(pl.col("event_day") < int(newest) - t.stale_days).height  # type: ignore[arg-type]
+        day = ups["event_day"].max()
+        if day is not None:
+            newest = day if newest is None else max(newest, day)
+    after = (ctx.candidate.scan().filter(pl.col("deleted").not_())  # the staged candidate, not yet committed
+             .select("order_id", "event_day", "position").collect())
+    moved_frame = before.join(after, on="order_id", suffix="_after").filter(
+        pl.col("event_day").ne_missing(pl.col("event_day_after")))
+    moved = moved_frame.height
+    late_share, stale_share = _share(late, accepted), _share(stale, upserts)
+    moved_share = _share(moved, before.height)
+    def pct(x: float) -> str:
+        return f"{x:.1%}"
+
+    return [
+        CheckResult(name="late_events", passed=late_share <= t.late_events,
+                    detail=f"{late} of {accepted} accepted events ({pct(late_share)}) have a position below the"
+                           f" table's max applied position (threshold {pct(t.late_events)})",
+                    evidence={"observed": round(late_share, 4), "threshold": t.late_events, "late": late,
+                              "accepted": accepted, "parent_version": parent}),
+        CheckResult(name="stale_events", passed=stale_share <= t.stale_events,
+                    detail=f"{stale} of {upserts} upserts ({pct(stale_share)}) are for an event_day more than"
+                           f" {t.stale_days} days before the newest already applied (threshold {pct(t.stale_events)})",
+                    evidence={"observed": round(stale_share, 4), "threshold": t.stale_events, "stale": stale,
+                              "upserts": upserts, "newest_event_day": None if newest is None else int(newest),  # type: ignore[arg-type]
+                              "older_than_days": t.stale_days}),
+        CheckResult(name="moved_orders", passed=moved_share <= t.moved_orders,
+                    detail=f"{moved} of {before.height} orders of version {parent} ({pct(moved_share)}) move to"
+                           f" another event_day (threshold {pct(t.moved_orders)})",
+                    evidence={"observed": round(moved_share, 4), "threshold": t.moved_orders, "moved": moved,
+                              "orders_before": before.height}),
+    ]
+
+
+def check_thresholds(ctx: RunContext) -> list[CheckResult]:
+    return _rejected_checks(ctx) + _event_checks(ctx)
+
+
 CHECKS: dict[str, Callable[[RunContext], list[CheckResult]]] = {
     "schema_fixtures": lambda ctx: [check_schema_fixture(ctx, 2), check_schema_fixture(ctx, 3)],
     "amount_unit": lambda ctx: [check_amount_unit(ctx)],
@@ -257,8 +395,12 @@ CHECKS: dict[str, Callable[[RunContext], list[CheckResult]]] = {
     "erasure_drill": lambda ctx: [check_erasure_drill(ctx)],
     "audit": lambda ctx: [check_audit(ctx)],
     "freshness_gate": lambda ctx: [check_freshness_gate(ctx)],
+    "thresholds": check_thresholds,
 }
-CHECK_RESULT_NAMES = {"schema_fixtures": ["schema_fixture_v2", "schema_fixture_v3"], "audit": ["audit_bytes"]}
+THRESHOLD_CHECKS = ["rejected_per_batch", "rejected_overall", "rejected_by_reason", "late_events", "stale_events",
+                    "moved_orders"]
+CHECK_RESULT_NAMES = {"schema_fixtures": ["schema_fixture_v2", "schema_fixture_v3"], "audit": ["audit_bytes"],
+                      "thresholds": THRESHOLD_CHECKS}
 
 
 def run_check(name: str, ctx: RunContext) -> list[CheckResult]:

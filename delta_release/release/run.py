@@ -5,6 +5,7 @@ The staging, ship and hold steps are in `candidate.py`."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
@@ -13,6 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from .. import __version__
+from .. import progress as show
 from ..clock import Clock, iso
 from ..contract.source import read_batch_file
 from ..errors import StaleParentError
@@ -23,8 +26,9 @@ from .candidate import hold, receive, ship, stage_run
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
 from .lakeopen import open_run_lake
-from .packet import cost, pending_evidence, rollback_plan, write_packet
-from .report import render_report
+from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
+from .report import render_index, render_report
+from .status import LAST_RUN
 
 Progress = Callable[[str], None]
 
@@ -60,16 +64,23 @@ def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[st
     return {k: round(_p95(v), 3) for k, v in out.items()}
 
 
-def run_release(config_path: str, *, clock: Clock | None = None, progress: Progress = _quiet) -> dict[str, Any]:
-    cfg = load_release_config(config_path)
-    lake = open_run_lake(cfg, clock)
-    if lake.created:
-        progress(f"created a new lake at {lake.storage.root} (lake.create: true)")
-    now = lake.clock.now()
+
+
+def run_release(config_path: str, *, lake: str | None = None, clock: Clock | None = None,
+                progress: Progress = _quiet) -> dict[str, Any]:
+    """The release run. `lake` (the CLI's `run --lake`) overrides the config's `lake.uri`. The whole
+    config is validated before any work: a bad one raises ConfigError and creates nothing."""
+    cfg = load_release_config(config_path, lake_override=lake)
+    with show.step("open lake"):
+        lk = open_run_lake(cfg, clock)
+    if lk.created:
+        progress(f"created a new lake at {lk.storage.root} (lake.create: true)")
+    now = lk.clock.now()
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
     scratch = out_dir / "scratch"
-    previous = lake.published("orders")
+    previous = lk.published("orders")
+    parent = lk.latest_version("orders")
     steps = len(cfg.sources) + len(cfg.checks) + 2
     step = 0
 
@@ -81,19 +92,22 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     batches = []
     for source in cfg.sources:
         tick(f"receive {source.name}")
-        batches.append(receive(lake, read_batch_file(source)))
-    staged = stage_run(lake, batches, run_id=run_id)
+        with show.step(f"receive {source.name} ({show.human_bytes(source.stat().st_size)})"):
+            batches.append(receive(lk, read_batch_file(source)))
+    with show.step("stage the candidate"):
+        staged = stage_run(lk, batches, run_id=run_id)
     reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
     parent = staged.parent
-    ctx = RunContext(config=cfg, lake=lake, scratch=scratch, candidate=staged.snapshot,
+    ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
                      recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
-                     batch_ids=applied_batches(lake) | set(staged.batch_ids), reports=reports)
+                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=reports)
     results = []
     for name in cfg.checks:
         tick(f"check {name}")
-        for r in run_check(name, ctx):
-            results.append(r)
-            progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
+        with show.step(f"check {name}"):
+            for r in run_check(name, ctx):
+                results.append(r)
+                progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
     failed = [r.name for r in results if not r.passed]
     publication = None
     telemetry = []
@@ -111,32 +125,40 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
     tick(f"decision: {decision}")
     if decision == "ship":
         assert shipped_version is not None
-        publication = lake.publish_version("orders", shipped_version, digest=f"release-{run_id}",
-                                           label=f"release-{run_id}")
-        telemetry = _publish_manifests(lake, cfg)
+        with show.step("publish"):
+            publication = lk.publish_version("orders", shipped_version, digest=f"release-{run_id}",
+                                             label=f"release-{run_id}")
+            telemetry = _publish_manifests(lk, cfg)
         reports = [r.to_json() for r in staged.reports]
     else:
         discarded = hold(staged)
-        discarded["telemetry_files"] = _discard_uploads(lake, ctx.evidence.get("uploaded", []))
+        discarded["telemetry_files"] = _discard_uploads(lk, ctx.evidence.get("uploaded", []))
     candidate = shipped_version if shipped_version is not None else parent
-    planning = planning_times(lake, cfg.audit.days) if decision == "ship" else {}
+    with show.step("planning times"):
+        planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
     for rep in reports:
         for k, v in rep["reasons"].items():
             by_reason[k] = by_reason.get(k, 0) + v
+    published_now = publication or previous
     packet: dict[str, Any] = {
         "packet_format": 1,
         "run_id": run_id,
         "created": iso(now),
-        "config": {"path": str(cfg.path), "checks": cfg.checks},
-        "lake_created": lake.created,
+        "tool": {"name": "delta-release", "version": __version__},
+        "lake": cfg.lake_uri,
+        "config": {"path": str(cfg.path), "sha256": cfg.digest, "lake_from": cfg.lake_from, "checks": cfg.checks},
+        "thresholds": _thresholds_json(cfg),
+        "lake_created": lk.created,
         "decision": decision,
         "failed_checks": failed,
+        "reasons": [f"{r.name}: {r.detail}" for r in results if not r.passed],
         "checks": {r.name: r.to_json() for r in results},
         "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
                      "candidate": staged.staged.evidence.candidate,
                      "generation": publication.generation if publication else None,
-                     "published_version": _version(publication or previous),
+                     "published_version": _version(published_now),
+                     "published_generation": None if published_now is None else published_now.generation,
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
         "telemetry": telemetry,
@@ -153,19 +175,41 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "audit": ctx.evidence.get("audit"),
         "freshness": ctx.evidence.get("freshness"),
         "planning_ms": planning,
-        "rollback_plan": rollback_plan(lake, previous_version=previous.version if previous else None),
-        "cost": cost(lake, cfg, candidate),
-        "pending": pending_evidence(lake, cfg, now),
+        "rollback_plan": rollback_plan(lk, lake_uri=cfg.lake_uri, published=published_now,
+                                       shipped=decision == "ship"),
+        "cost": cost(lk, cfg, candidate),
+        "pending": pending_evidence(lk, cfg, now),
     }
-    packet_path, digest = write_packet(packet, out_dir)
-    report_path = render_report(packet, digest, out_dir / "report.html")
-    shutil.rmtree(scratch, ignore_errors=True)
+    packet["next_steps"] = next_steps(packet, cfg)
+    with show.step("packet and report"):
+        packet_path, digest = write_packet(packet, out_dir)
+        report_path = render_report(packet, digest, out_dir / "report.html")
+        index_path = render_index(cfg.packet_dir)
+        shutil.rmtree(scratch, ignore_errors=True)
+        summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
+                   "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
+                   "snapshot": {"table": "orders", "version": candidate,
+                                "generation": publication.generation if publication else None}}
+        lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
     tick(f"packet written: {packet_path}")
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
+            "index": str(index_path), "lake": cfg.lake_uri, "run_id": run_id,
             "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
                          "generation": publication.generation if publication else None},
             "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded,
-            "lake_created": lake.created}
+            "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
+                         "threshold": r.evidence.get("threshold"), "seconds": round(r.seconds, 3)}
+                        for r in results], "lake_created": lk.created}
+
+
+def _thresholds_json(cfg: Any) -> dict[str, Any]:
+    t = cfg.thresholds
+    return {"rejected": {"per_batch": t.rejected_per_batch, "mostly": t.rejected_mostly,
+                         "overall": t.rejected_overall, "by_reason": dict(t.rejected_by_reason)},
+            "late_events": {"max_share": t.late_events},
+            "stale_events": {"older_than_days": t.stale_days, "max_share": t.stale_events},
+            "moved_orders": {"max_share": t.moved_orders},
+            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction}}
 
 
 def _version(pub: Any) -> int | None:

@@ -1,0 +1,106 @@
+"""Peak memory (issue 14.6g and 17.4): a backfill of N events over 365 days into an empty lake, a file of
+normal event lines and a file that is one single line, each of a given size. Ours: `Lake.ingest(path)`.
+The alternative: `polars.read_ndjson` of the same file and `write_deltalake` of the result (partitioned
+by day). Each run is a fresh process; its peak is VmHWM.
+
+    python -m benchmarks.bench_peak build KIND(backfill|lines|long) SIZE FILE   # SIZE: events or bytes
+    python -m benchmarks.bench_peak run CONTENDER(ours|polars) FILE WORKDIR
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._common import emit
+
+BLOCK = 8 << 20
+
+
+def build(kind: str, size: int, path: Path) -> int:
+    """Write the file block by block; returns its line count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    with open(tmp, "wb") as out:
+        if kind == "long":
+            head, tail = b'{"schema_version":2,"order_id":"', b'","position":1,"kind":"delete"}\n'
+            out.write(head)
+            left = size - len(head) - len(tail)
+            block = b"x" * BLOCK
+            while left > 0:
+                out.write(block[:min(left, BLOCK)])
+                left -= min(left, BLOCK)
+            out.write(tail)
+            lines = 1
+        else:
+            lines = _event_lines(out, size, by_bytes=kind == "lines")
+    tmp.rename(path)
+    return lines
+
+
+def _event_lines(out: Any, size: int, *, by_bytes: bool) -> int:
+    """v3 upserts over 365 days, 90% new orders and 10% updates of earlier ones (by events or bytes)."""
+    import polars as pl
+
+    step, start, written = 500_000, 0, 0
+    while (written if by_bytes else start) < size:
+        n = min(step, (size - written) // 120 + 1) if by_bytes else min(step, size - start)  # ~125 bytes a line
+        i = pl.col("i")
+        df = pl.DataFrame({"i": pl.int_range(start, start + n, dtype=pl.Int64, eager=True)}).select(
+            pl.lit(3).alias("schema_version"),
+            pl.format("bf-{}", pl.when(i % 10 == 9).then(i // 10).otherwise(i)).alias("order_id"),
+            (i + 1).alias("position"), pl.lit("upsert").alias("kind"),
+            (100 + i * 7919 % 1_000_000).alias("amount_cents"),
+            (i % 365).cast(pl.Int32).alias("event_day"), pl.lit("EUR").alias("currency"))
+        data = df.write_ndjson().encode()
+        out.write(data)
+        written += len(data)
+        start += n
+    return start
+
+
+def run_ours(path: Path, work: Path) -> dict[str, Any]:
+    from ._common import create_lake
+
+    shutil.rmtree(work, ignore_errors=True)
+    t0 = time.perf_counter()
+    report = create_lake(work).ingest(path)
+    return {"seconds": time.perf_counter() - t0, "extracted": report.extracted, "accepted": report.accepted,
+            "quarantined": report.quarantined, "version": report.version}
+
+
+def run_polars(path: Path, work: Path) -> dict[str, Any]:
+    import polars as pl
+    from deltalake import write_deltalake
+
+    from .bench_apply import JSONL_SCHEMA
+
+    shutil.rmtree(work, ignore_errors=True)
+    t0 = time.perf_counter()
+    try:
+        df = pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
+        write_deltalake(str(work), df.drop("schema_version", "kind").to_arrow(), partition_by=["event_day"])
+    except Exception as exc:  # noqa: BLE001 - all-or-nothing: report how it failed, with its peak
+        return {"seconds": time.perf_counter() - t0, "failed": f"{type(exc).__name__}: {str(exc)[:100]}"}
+    return {"seconds": time.perf_counter() - t0, "extracted": df.height, "accepted": df.height, "quarantined": 0}
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "build":
+        print(build(argv[1], int(argv[2]), Path(argv[3])))
+        return
+    contender, path, work = argv[1], Path(argv[2]), Path(argv[3])
+    from .bench_apply import warm_imports
+
+    warm_imports()
+    import delta_release  # noqa: F401
+
+    emit({"ours": run_ours, "polars": run_polars}[contender](path, work))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
