@@ -177,12 +177,13 @@ def test_status_shows_the_held_run(held) -> None:  # type: ignore[no-untyped-def
     assert out.exit_code == 0, out.output
     s = json.loads(out.stdout)
     orders = next(t for t in s["tables"] if t["table"] == "orders")
-    assert orders["published"]["version"] == 0 and orders["latest"]["version"] == 1
-    assert orders["unpublished_count"] == 1 and orders["unpublished"][0]["deferred"]
+    # a HOLD commits nothing (issue 13, item 1): the log is as before the run, nothing awaits publication
+    assert orders["published"]["version"] == 0 and orders["latest"]["version"] == 0
+    assert orders["unpublished_count"] == 0 and orders["unpublished"] == []
     assert s["last_run"]["decision"] == "hold" and s["last_run"]["packet"] == json.loads(res.stdout)["packet"]
     assert s["erasures"] == [] and orders["vacuum_debt"]["files"] == 0
     text = CliRunner().invoke(cli, ["--lake", lake, "status"]).output
-    assert "committed but not published: v1" in text and "HOLD" in text and "rejected_overall" in text
+    assert "committed but not published" not in text and "HOLD" in text and "rejected_overall" in text
 
 
 def test_thresholds_can_be_relaxed(tmp_path: Path) -> None:

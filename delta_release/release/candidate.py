@@ -74,6 +74,17 @@ def receive(lake: LakeContext, source: bytes | FileBatch | BytesBatch) -> RunBat
     return RunBatch(data=data, decoded=decoded, report=report)
 
 
+def _counts_from_ledger(lake: LakeContext, b: RunBatch) -> None:
+    """A batch already applied: what its quarantine says (conflicts and erased subjects found when it was
+    applied included), so the run's reconciliation reads the same counts as the ledger."""
+    if not lake.quarantine.has(b.batch_id):
+        return
+    reasons = lake.quarantine.rows(b.batch_id)["reason"].to_list()
+    b.report.quarantined = len(reasons)
+    b.report.accepted = b.decoded.extracted - len(reasons)
+    b.report.reasons = {r: reasons.count(r) for r in sorted(set(reasons))}
+
+
 class RunPlan(Plan):
     """Every batch of the run not applied yet, applied in order on one parent: one Change."""
 
@@ -85,8 +96,9 @@ class RunPlan(Plan):
         done = applied_batches(self.lake, ctx.name)
         todo: list[tuple[RunBatch, pl.DataFrame, list[Reject]]] = []
         for b in self.batches:
-            if b.batch_id in done:
+            if b.batch_id in done:  # applied by a committed version: its counts are those of its ledger
                 b.report.duplicate = True
+                _counts_from_ledger(self.lake, b)
                 continue
             done.add(b.batch_id)  # a batch given twice in one run is applied once
             events, blocked = _erasure_filter(self.lake, b.decoded)

@@ -92,11 +92,15 @@ def _decision(packet: dict[str, Any]) -> str:
         pub = snap.get("published_version")
         lines = ["Held because " + "; ".join(f"<b>{_e(r.split(':', 1)[0])}</b>:{_e(r.split(':', 1)[1])}"
                                             for r in packet.get("reasons", [])) + "."]
-        lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b> (generation "
-                     f"<b>{_e(snap.get('published_generation'))}</b>). The candidate was version "
-                     f"{_e(snap['version'])}.")
+        gone = packet.get("discarded") or {}
+        lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b>"
+                     f" (generation <b>{_e(snap.get('published_generation'))}</b>). Nothing was committed: the"
+                     f" candidate staged on version {_e(snap.get('parent'))} was discarded"
+                     f" ({_e(len(gone.get('files', [])))} file(s), {_e(gone.get('rows', 0))} row(s));"
+                     " the Delta log is as it was before the run.")
+    version = snap["version"] if snap["version"] is not None else f"none (staged on {snap.get('parent')}, discarded)"
     snapshot = (f'<p id="snapshot">Snapshot: table <code>{_e(snap["table"])}</code>, Delta version'
-                f' <code>{_e(snap["version"])}</code>, catalog generation'
+                f' <code>{_e(version)}</code>, catalog generation'
                 f' <code>{_e(snap["generation"] if snap["generation"] is not None else "none (not published)")}'
                 "</code>.</p>")
     return (f'<section id="decision" class="banner {decision}"><h1>Release decision: {head}</h1>'
