@@ -80,7 +80,10 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
     assert where.returncode == 0, where.stderr
     module_file, sys_path = json.loads(where.stdout)
     assert Path(module_file).is_relative_to(site), f"imported {module_file}, not the installed wheel"
-    assert not any(Path(p).is_relative_to(REPO) for p in sys_path), sys_path
+    # the checkout's own folders stay off sys.path; the environment's site-packages may live in it (.venv)
+    env = Path(sys.prefix).resolve()
+    assert not any(Path(p).is_relative_to(REPO) and not Path(p).resolve().is_relative_to(env) for p in sys_path), \
+        sys_path
 
     # the console script the wheel installs
     script = _run([str(site / "bin" / "delta-release"), "--help"], cwd=cwd, site=site)

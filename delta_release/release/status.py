@@ -121,7 +121,8 @@ def status_text(s: dict[str, Any], table_fn: Any) -> str:
         lines.append("last release run: none recorded in this lake")
     else:
         snap = run.get("snapshot", {})
-        lines.append(f"last release run: {run['run_id']} {str(run['decision']).upper()} (orders v{snap.get('version')}"
+        what = f"orders v{snap['version']}" if snap.get("version") is not None else "nothing committed"
+        lines.append(f"last release run: {run['run_id']} {str(run['decision']).upper()} ({what}"
                      + (f", held because {', '.join(run['failed_checks'])}" if run.get("failed_checks") else "")
                      + f")\n  packet {run['packet']}\n  report {run['report']}")
     return "\n".join(lines)
