@@ -289,9 +289,11 @@ def _run_points() -> tuple[CrashPoint, ...]:
     `ingest.after_commit`/`after_publish` belong to `write()` and never fire in a run. A reader sees the
     state before the run at every point: nothing is published until the catalog moves."""
     return (_p(TEMP_PREFIX + "_raw", "run: a batch's raw copy written to its temp file, not renamed"),
+            _p("ingest.after_raw", "run: a batch's raw copy kept, nothing staged"),
             _p("ingest.after_staging", "run: the candidate staged, not gated"),
             _p("ingest.after_gate", "run: the candidate gated, its quarantine not written"),
             _p(TEMP_PREFIX + "_quarantine", "run: a quarantine ledger in its temp file, not renamed"),
+            _p("ingest.after_quarantine", "run: the candidate's quarantine ledgers written, checks not run"),
             _p("run.after_stage", "run: the candidate of all batches staged and gated, checks not run"),
             _p("run.before_ship_commit", "run: SHIP decided, its commit not made"),
             _p("commit.during", "run: during the ship's Delta commit (watchdog at 3 ms)", delay=0.003),
