@@ -7,14 +7,22 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test test-long fuzz lint bench clean
 
 $(STAMP): pyproject.toml
+	@echo "==> [1/3] creating the virtualenv $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "==> [2/3] upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "==> [3/3] installing delta-release with its dev and interop extras (deltalake, polars, pyarrow,"
+	@echo "    duckdb, the DuckDB delta extension, Sail, pytest...): about 2 minutes on a first install"
 	$(BIN)/pip install --quiet -e '.[dev,interop]'
+	@echo "==> installed; later runs skip this step until pyproject.toml changes"
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@echo "==> removing ./lake, then the release run: delta-release run config/release.yaml"
 	rm -rf lake
 	$(BIN)/delta-release run config/release.yaml
+	@echo "==> the lake now:"
+	$(BIN)/delta-release --lake lake status
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

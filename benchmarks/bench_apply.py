@@ -82,19 +82,19 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     open_s = time.perf_counter() - t0
     ph = Phases()
     lake_mod.read_batch_file = ph.wrap("decode", lake_mod.read_batch_file)  # hash + decode, streamed
-    ing.applied_batches = ph.wrap("duplicate check (history)", ing.applied_batches)
+    ing._already_applied = ph.wrap("duplicate check (batch index)", ing._already_applied)
     ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
     ing.plan_apply = ph.wrap("apply: plan (incl. parent reads)", ing.plan_apply)
-    original_reader = ing.read_rows_from
+    original_reader = ing.parent_reader
 
-    def timed_reader(lf: Any) -> Any:
-        return ph.wrap("apply: read parent rows", original_reader(lf))
+    def timed_reader(ctx: Any, parent: int) -> Any:
+        return ph.wrap("apply: read parent rows", original_reader(ctx, parent))
 
-    ing.read_rows_from = timed_reader
+    ing.parent_reader = timed_reader
     wr.stage_partitions = ph.wrap("stage (write files + evidence)", wr.stage_partitions)
     wr.gate_candidate = ph.wrap("gate", wr.gate_candidate)
     _delta.commit = ph.wrap("commit", _delta.commit)
-    _delta.file_entries = ph.wrap("parent file list", _delta.file_entries)
+    _delta.partition_entries = ph.wrap("parent file list", _delta.partition_entries)
     lake.raw.put_file = ph.wrap("raw store", lake.raw.put_file)
     lake.quarantine.write = ph.wrap("quarantine", lake.quarantine.write)
     wr.recover_publication = ph.wrap("recover publication", wr.recover_publication)

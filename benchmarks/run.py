@@ -611,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
                                "command": "python -m benchmarks.run " + " ".join(argv if argv is not None
                                                                                  else sys.argv[1:]),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "sections": {}}
+    from delta_release import progress
+
+    progress.configure(progress.wanted(False))  # a spinner per section on a terminal; silent in logs
     previous = data_dir(scale) / "results.json"
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
@@ -627,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{name}]")
         s0 = time.perf_counter()
         try:
-            results["sections"][name] = BENCHES[name](scale, skip)
+            with progress.step(f"benchmark {name}"):
+                results["sections"][name] = BENCHES[name](scale, skip)
         except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others
             results["sections"][name] = {"error": f"{type(exc).__name__}: {exc}"}
             log(f"  {name} FAILED: {type(exc).__name__}: {exc}")

@@ -52,12 +52,96 @@ def _open(uri: str, options: dict[str, str], version: int | None = None) -> Delt
         raise
 
 
-def latest_version(uri: str, options: dict[str, str]) -> int | None:
-    """The newest version, or None when there is no Delta table at `uri`."""
+# One handle per table, kept at the newest version this process has seen and moved forward with
+# `update_incremental` (reads only the commits since, or the newest checkpoint): no log replay per call.
+# A table deleted and created again under the same URI (a scratch lake) is caught by the identity of the
+# cached version's log entry (modification time and size): a different entry means another table.
+_HANDLES: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[DeltaTable, tuple[int, int] | None]] = {}
+
+
+def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int, int] | None:
+    from .storage import Storage
+
+    storage = Storage(uri, options)
+    info = storage.fs.get_file_info(storage.full_path(f"_delta_log/{version:020d}.json"))
+    if info.size is None:
+        return None
+    return int(info.mtime_ns or 0), int(info.size)
+
+
+def _remember(key: tuple[str, tuple[tuple[str, str], ...]], uri: str, options: dict[str, str],
+              handle: DeltaTable) -> DeltaTable:
+    _HANDLES[key] = (handle, _log_identity(uri, options, int(handle.version())))
+    return handle
+
+
+def _cached(uri: str, options: dict[str, str]) -> DeltaTable | None:
+    """The cached handle of `uri` if it still belongs to the table there."""
+    key = _cache_key(uri, options)
+    entry = _HANDLES.get(key)
+    if entry is None:
+        return None
+    handle, identity = entry
+    if identity is None or _log_identity(uri, options, int(handle.version())) != identity:
+        _HANDLES.pop(key, None)
+        return None
+    return handle
+
+
+def _cache_key(uri: str, options: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return uri.rstrip("/"), tuple(sorted((options or {}).items()))
+
+
+def _latest_handle(uri: str, options: dict[str, str]) -> DeltaTable | None:
+    """The cached handle of `uri`, brought up to the newest version; None when there is no table."""
+    key = _cache_key(uri, options)
+    handle = _cached(uri, options)
+    if handle is not None:
+        try:
+            handle.update_incremental()
+            return _remember(key, uri, options, handle)
+        except DeltaError:
+            _HANDLES.pop(key, None)  # the log was cleaned past it: open afresh
     try:
-        return int(DeltaTable(uri, storage_options=options or None).version())
+        handle = DeltaTable(uri, storage_options=options or None)
     except TableNotFoundError:
         return None
+    return _remember(key, uri, options, handle)
+
+
+def _snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:
+    """A handle at `version`: the cached one when it is there (or can move forward to it), else a new one.
+    Callers must not keep it across calls that may move the cached handle (`latest_version`)."""
+    key = _cache_key(uri, options)
+    handle = _cached(uri, options)
+    if handle is not None:
+        current = handle.version()
+        if current == version:
+            return handle
+        if current < version:
+            try:
+                handle.load_as_version(version)
+                return _remember(key, uri, options, handle)
+            except DeltaError:
+                _HANDLES.pop(key, None)
+    return _open(uri, options, version)
+
+
+def forget_handles() -> None:
+    """Drop the cached handles (a test that rewrites a table's log under the same URI)."""
+    _HANDLES.clear()
+
+
+def table_id(uri: str, options: dict[str, str]) -> str | None:
+    """The Delta table's id (metaData.id): another table created under the same URI has another id."""
+    handle = _cached(uri, options) or _latest_handle(uri, options)
+    return None if handle is None else str(handle.metadata().id)
+
+
+def latest_version(uri: str, options: dict[str, str]) -> int | None:
+    """The newest version, or None when there is no Delta table at `uri`."""
+    handle = _latest_handle(uri, options)
+    return None if handle is None else int(handle.version())
 
 
 def create_table(uri: str, options: dict[str, str], schema: pa.Schema, partition_by: list[str],
@@ -76,7 +160,9 @@ def create_table(uri: str, options: dict[str, str], schema: pa.Schema, partition
 def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: list[FileAdd],
            removes: list[FileEntry], evidence: dict[str, Any], partition_by: list[str]) -> int:
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
-    handle = _open(uri, options, parent)
+    handle = _snapshot(uri, options, parent)
+    if handle.version() != parent:  # never commit on anything but the parent (strictness)
+        handle = _open(uri, options, parent)
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [
@@ -102,7 +188,23 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
 
 def file_entries(uri: str, options: dict[str, str], version: int) -> list[FileEntry]:
     """The files a version references, with their partition values and record counts."""
-    return snapshot_entries(_open(uri, options, version))
+    return snapshot_entries(_snapshot(uri, options, version))
+
+
+def partition_entries(uri: str, options: dict[str, str], version: int, column: str,
+                      values: list[str | None]) -> list[FileEntry]:
+    """The files of `version` in the partitions `values` of `column` (None: the null partition), filtered
+    before they become Python objects: cost grows with the files returned, not the table's file count."""
+    frame = pl.from_arrow(pa.table(_snapshot(uri, options, version).get_add_actions(flatten=True)))
+    assert isinstance(frame, pl.DataFrame)
+    name = f"partition.{column}"
+    text = frame[name].cast(pl.String)
+    plain = [v for v in values if v is not None]
+    mask = text.is_in(pl.Series(plain, dtype=pl.String).implode()).fill_null(False)
+    if any(v is None for v in values):
+        mask = mask | text.is_null()
+    # Polars, not pa.array(list): pyarrow imports pandas (0.3 s) the first time it converts a Python list.
+    return _entries(frame.filter(mask).to_arrow())
 
 
 def open_snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:
@@ -115,9 +217,13 @@ def open_snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable
 
 def snapshot_entries(handle: DeltaTable) -> list[FileEntry]:
     """`file_entries` of an opened snapshot."""
-    actions = pa.table(handle.get_add_actions(flatten=True)).to_pylist()
+    return _entries(pa.table(handle.get_add_actions(flatten=True)))
+
+
+def _entries(table: pa.Table) -> list[FileEntry]:
+    keep = [c for c in table.column_names if c in ("path", "size_bytes", "num_records") or c.startswith("partition.")]
     out = []
-    for row in actions:
+    for row in table.select(keep).to_pylist():
         parts = {k.removeprefix("partition."): v for k, v in row.items() if k.startswith("partition.")}
         out.append(FileEntry(path=row["path"], size=int(row["size_bytes"]), partition_values=parts,
                              num_records=row.get("num_records")))
@@ -128,6 +234,23 @@ def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.La
     """Every row of a version (tombstones included) as a Polars LazyFrame; the one `scan_delta` outside
     the gateway's cached-snapshot path. Views (current rows) are in `delta_release.views`."""
     return pl.scan_delta(uri, version=version, storage_options=options or None)
+
+
+def version_evidence(uri: str, options: dict[str, str], version: int) -> dict[str, Any] | None:
+    """Our evidence of one commit, read from that commit's log entry alone (None when it has none or
+    the entry is gone): bounded by the commit, never a replay of the history."""
+    from .storage import Storage
+
+    try:
+        text = Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode()
+    except (FileNotFoundError, OSError):
+        return None
+    for line in text.splitlines():
+        if '"commitInfo"' not in line:
+            continue
+        raw = json.loads(line).get("commitInfo", {}).get(METADATA_KEY)
+        return json.loads(raw) if isinstance(raw, str) else None
+    return None
 
 
 def scan_snapshot(handle: DeltaTable) -> pl.LazyFrame:
@@ -189,7 +312,7 @@ def query_all(uri: str, options: dict[str, str], version: int) -> pa.Table:
 
 __all__ = [
     "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
-    "create_table", "file_entries", "file_uris", "history", "latest_version", "open_snapshot",
-    "is_delta_error", "partition_columns_at", "query_all", "scan", "scan_snapshot", "snapshot_entries",
-    "table_configuration",
+    "create_table", "file_entries", "file_uris", "forget_handles", "history", "is_delta_error", "latest_version",
+    "open_snapshot", "partition_columns_at", "partition_entries", "query_all", "scan", "scan_snapshot",
+    "snapshot_entries", "table_configuration", "table_id", "version_evidence",
 ]

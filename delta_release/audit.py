@@ -19,6 +19,7 @@ from .errors import DeltaReleaseError, InputError
 from .views import current_rows
 
 if TYPE_CHECKING:
+    from .commit.view import StagedSnapshot
     from .context import LakeContext
 
 
@@ -35,10 +36,16 @@ def parse_days(spec: str) -> tuple[int, int]:
 
 
 def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, last_day: int = 0,
-               version: int | None = None, *, unpublished_ok: bool = False) -> dict[str, Any]:
+               version: int | None = None, *, unpublished_ok: bool = False,
+               staged: StagedSnapshot | None = None) -> dict[str, Any]:
     """Audit evidence at `version` (default: published). `unpublished_ok` lets a release run audit its
-    candidate version before publication; readers never get that."""
-    if unpublished_ok and version is not None:
+    candidate version before publication; readers never get that. `staged`: audit a staged candidate's
+    file set instead (a release run's, before it commits); `version` is then its parent."""
+    entries: list[_delta.FileEntry] | None = None
+    if staged is not None:
+        uri, version, entries = staged.uri, staged.parent, staged.entries
+        lf = current_rows(staged.scan(), lake.table_def(table))
+    elif unpublished_ok and version is not None:
         from .erasure.permission import check_snapshot
 
         check_snapshot(lake, table, version)
@@ -50,7 +57,8 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     tdef = lake.tables[table]
     part = tdef.partition
     store = lake.table_storage(table)
-    entries = _delta.file_entries(uri, lake.options, version)
+    if entries is None:
+        entries = _delta.file_entries(uri, lake.options, version)
     files_total = len(entries)
     rg_total = rg_candidate = 0
     chunk_total = chunk_candidate = 0

@@ -1,7 +1,8 @@
 """What the layers below the facade are given instead of the `Lake`: plain resources, no verbs.
 
 - `TableContext`: one table as a writer sees it (name, URI, storage options, definition, clock, the
-  publisher, the erasure ledger). `delta_release.commit.writer` takes nothing else.
+  publisher, the erasure ledger; the lake it belongs to, for the writer's lake-wide upkeep).
+  `delta_release.commit.writer` takes nothing else.
 - `LakeContext`: the lake-wide resources (root storage, catalog, clock, table definitions, raw store,
   quarantine, erasure ledger, publisher, the freshness gateway) and the lookups every layer needs
   (`table_def`, `table_uri`, `table_storage`, `latest_version`, `table(name) -> TableContext`).
@@ -12,7 +13,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from . import _delta
@@ -78,6 +79,8 @@ class TableContext:
     clock: Clock
     publisher: Publisher
     erasures: ErasureLedger
+    lake: LakeContext | None = field(default=None, compare=False, repr=False)  # for the writer's lake-wide upkeep
+    index_root: Storage | None = None  # <lake>/_index/<table>/: the hot path's indexes (issue 14)
 
     @property
     def storage(self) -> Storage:
@@ -148,7 +151,7 @@ class LakeContext:
         """The writer's context for one of our tables."""
         return TableContext(name=name, uri=self.table_uri(name), storage_options=self.options,
                             table=self.table_def(name), clock=self.clock, publisher=self.publisher,
-                            erasures=self.erasures)
+                            erasures=self.erasures, lake=self, index_root=self.storage.child(f"_index/{name}"))
 
     # -- publication -----------------------------------------------------------------------------
     def published(self, name: str) -> Publication | None:

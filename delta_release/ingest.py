@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from . import _delta
+from . import _delta, index
 from .apply import ApplyPlan, plan_apply
-from .apply.fold import read_rows_from
+from .apply.reader import parent_reader
 from .commit.writer import Change, Plan, StagedCandidate, commit, replace_partitions, stage, write
 from .context import LakeContext, TableContext
 from .contract import DecodedBatch, Reason, Reject
@@ -48,12 +48,27 @@ class IngestReport:
 
 
 def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
-    """Batch ids of every commit of ours (reads the whole history; issue 14 replaces it with an index)."""
+    """Batch ids that are part of a committed version: the `batch_ids` of every commit of ours, from the
+    applied-batch index (caught up to the latest version), or from the whole history when the indexes are
+    off. A held release run commits nothing, so its batches are not here: ingest re-applies them if given
+    again, `replay --all` skips them."""
+    ctx = lake.table(table)
+    batches = index.batch_index(ctx)
+    latest = ctx.latest_version()
+    if batches is not None and latest is not None:
+        return batches.all(upto=latest)
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
         if entry["evidence"] is not None:
             out.update(CommitEvidence.from_json(entry["evidence"]).batch_ids)
     return out
+
+
+def _already_applied(lake: LakeContext, ctx: TableContext, batch_id: str, parent: int) -> bool:
+    batches = index.batch_index(ctx)
+    if batches is None:
+        return batch_id in applied_batches(lake, ctx.name)
+    return batches.applied(batch_id, upto=parent)
 
 
 def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFrame, list[Reject]]:
@@ -71,19 +86,6 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
     return decoded.events.filter(mask.not_()), rejects
 
 
-def _forget_erased(lake: LakeContext, rejects: list[Reject]) -> list[Reject]:
-    """Rejected lines of an erased subject keep their reason and line, never their raw text."""
-    erased = lake.erasures.erased_subjects()
-    if not erased:
-        return rejects
-    from .erasure.text import names_erased_subject
-
-    key = lake.erasures.subject_key
-    return [replace(r, raw=None) if (r.order_id and key(r.order_id) in erased) or (
-                r.order_id is None and r.raw is not None and names_erased_subject(r.raw, erased, key)) else r
-            for r in rejects]
-
-
 class ApplyEvents(Plan):
     """Apply decoded events on a parent: the partitions they change, replaced whole."""
 
@@ -94,11 +96,13 @@ class ApplyEvents(Plan):
         self.applied: ApplyPlan = ApplyPlan()
 
     def build(self, ctx: TableContext, parent: int) -> Change:
-        self.applied = plan_apply(self.events, read_rows_from(_delta.scan(ctx.uri, ctx.storage_options, parent)))
+        self.applied = plan_apply(self.events, parent_reader(ctx, parent))
         if self.applied.empty:
             return Change(operation=self.operation, batch_ids=self.batch_ids)
-        return replace_partitions(ctx, parent, self.applied.partitions, operation=self.operation,
-                                  batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
+        change = replace_partitions(ctx, parent, self.applied.partitions, operation=self.operation,
+                                    batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
+        change.locations = self.applied.locations
+        return change
 
 
 class IngestPlan(Plan):
@@ -113,7 +117,7 @@ class IngestPlan(Plan):
         self.blocked: list[Reject] = []
 
     def build(self, ctx: TableContext, parent: int) -> Change:
-        if not self.replay and self.batch_id in applied_batches(self.lake, ctx.name):
+        if not self.replay and _already_applied(self.lake, ctx, self.batch_id, parent):
             self.report.duplicate = True
             return Change(operation=self.apply.operation)
         events, self.blocked = _erasure_filter(self.lake, self.decoded)
@@ -127,14 +131,14 @@ class IngestPlan(Plan):
         conflicts = self.apply.applied.conflicts
         conflict_rejects = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
                                    raw=self.data.line_text(c.line), order_id=c.order_id) for c in conflicts]
-        rejects = sorted([*_forget_erased(self.lake, decoded.rejects), *self.blocked, *conflict_rejects],
+        rejects = sorted([*decoded.rejects, *self.blocked, *conflict_rejects],
                          key=lambda r: r.line)
         accepted = self.apply.events.height - len(conflicts)
         if accepted + len(rejects) != decoded.extracted:
             raise ReconciliationError(self.batch_id, decoded.extracted, accepted, len(rejects))
         report.accepted, report.quarantined = accepted, len(rejects)
         report.reasons = count_reasons(rejects)
-        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key)
+        self.lake.quarantine.write(self.batch_id, rejects, self.lake.erasures.subject_key, self.data)
         crash_point("ingest.after_quarantine")
 
 
@@ -180,5 +184,14 @@ def _line_text(data: bytes, line: int) -> str:
 
 def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
                    table: str = DEFAULT_TABLE) -> list[IngestReport]:
-    ids = [b.batch_id for b in lake.raw.list()] if all_batches else [batch_id] if batch_id else []
-    return [ingest_batch(lake, lake.raw.read(b), replay=True, table=table) for b in ids]
+    """Re-apply one retained batch (any: the caller names it), or with all_batches every retained batch that
+    is part of a committed version (`applied_batches`): a held release run's batches stay out."""
+    from . import progress
+
+    if all_batches:
+        applied = applied_batches(lake, table)
+        ids = [b.batch_id for b in lake.raw.list() if b.batch_id in applied]
+    else:
+        ids = [batch_id] if batch_id else []
+    return [ingest_batch(lake, lake.raw.read(b), replay=True, table=table)
+            for b in progress.track(ids, "replay raw batches")]

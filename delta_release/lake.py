@@ -20,7 +20,7 @@ from .context import CatalogPublisher, LakeContext
 from .contract.source import FileBatch, read_batch_file
 from .erasure import ErasureLedger, load_key
 from .erasure.erase import ErasureReport, erase_subject
-from .erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, PendingItem, pending_all
+from .erasure.pending import PendingItem, pending_all
 from .erasure.vacuumlog import missing_files_error
 from .errors import InputError
 from .gateway.catalog import Catalog, Publication
@@ -30,16 +30,17 @@ from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
 from .lakeroot import open_root
 from .maintenance.rollback import RollbackReport, rollback
-from .maintenance.vacuum import (
-    ORPHAN_GRACE_HOURS,
-    REPLAY_HORIZON_HOURS,
-    RETAIN_VERSIONS,
-    VacuumReport,
-    vacuum_table,
-)
+from .maintenance.vacuum import VacuumReport, vacuum_table
 from .quarantine import QuarantineLedger
 from .raw import RawStore
 from .register import scan_registered
+from .retention import (
+    BACKUP_EXPIRY_DAYS,
+    ORPHAN_GRACE_HOURS,
+    RAW_RETENTION_DAYS,
+    REPLAY_HORIZON_HOURS,
+    RETAIN_VERSIONS,
+)
 from .storage import Storage
 from .tables import DEFAULT_TABLE, DEFAULT_TABLES_DIR, TableDef, load_table_defs
 
@@ -125,13 +126,17 @@ class Lake(LakeContext):
         """A LazyFrame of the table's current rows at the published (or pinned) version, checked at the
         query boundary: FreshnessError (policy "error"), ErasureExposureError (a version that holds an
         erased subject), NotFoundError (unknown table or version)."""
+        from .api_checks import check_table, check_version
+
+        table, version = check_table(table), check_version(version)
         entry = self.catalog.table(table)
         if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
             return scan_registered(self, table, version)
         return self.gateway.scan(table, version, include_tombstones=include_tombstones)
 
-    def read(self, table: str = DEFAULT_TABLE, version: int | None = None) -> pl.DataFrame:
-        """`scan(table, version).collect()`; VacuumedVersionError when the version's files are gone."""
+    def read(self, table: str = DEFAULT_TABLE, *, version: int | None = None) -> pl.DataFrame:
+        """`scan(table, version=version).collect()`; `version` is keyword-only (`read(3)` is not a version).
+        VacuumedVersionError when the version's files are gone."""
         try:
             return self.scan(table, version).collect()
         except OSError as exc:  # files gone from storage: VacuumedVersionError (erasure/vacuumlog.py)
@@ -146,9 +151,15 @@ class Lake(LakeContext):
 
     # -- erasure and maintenance -----------------------------------------------------------------
     def erase(self, order_id: str, *, table: str = DEFAULT_TABLE, raw_retention_days: float = RAW_RETENTION_DAYS,
-              backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
+              backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS, force: bool = False) -> ErasureReport:
         """Erase one subject: one strict commit without its rows; blocked from then on; earlier versions
-        that hold it become unreadable. The report's `pending` says what still holds it, until when."""
+        that hold it become unreadable. The report's `pending` says what still holds it, until when.
+        An id this lake never saw is refused (UnknownSubjectError, exit 3) unless `force=True`."""
+        if not force:
+            from .api_checks import require_seen
+            from .erasure.erase import _check_id
+
+            require_seen(self, _check_id(order_id), table)
         return erase_subject(self, order_id, table=table, raw_retention_days=raw_retention_days,
                              backup_expiry_days=backup_expiry_days)
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +33,60 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from .errors import InputError
+from .faults import crash_point
+
+# Temporary files: `<dir>/.tmp-<host>-<pid>-<uuid>` next to their final name, written, fsynced, then
+# renamed or linked. A writer killed in between leaves one behind, holding whatever it was writing, so
+# every writer start, every erasure and `vacuum` sweep them (`temp_files`, `sweep_temp`): a temp file is
+# stale when the process that wrote it is gone (same host, pid not running) or it is older than the grace.
+TEMP_PREFIX = ".tmp-"
+TEMP_GRACE_SECONDS = 3600.0
+HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_TEMP_NAME = re.compile(r"\.tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-)?[0-9a-f]{32}")
+_SKIP_DIRS = frozenset({"_delta_log", "_catalog"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TempFile:
+    path: str  # relative to the storage root
+    size: int
+    age_seconds: float
+    state: str  # "abandoned" (its writer is gone), "expired" (older than the grace) or "in_flight"
+
+    @property
+    def stale(self) -> bool:
+        return self.state != "in_flight"
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "size": self.size, "age_seconds": round(self.age_seconds, 3),
+                "state": self.state}
+
+
+def temp_name() -> str:
+    """A fresh temp file name (no directory) that the sweeps can attribute to this host and process. Any
+    code writing a temp file under the lake should use it, and put the file next to its final name."""
+    return f"{TEMP_PREFIX}{HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's process, or a number we cannot ask about: assume it runs
+    return True
+
+
+def temp_state(name: str, age_seconds: float, grace_seconds: float) -> str | None:
+    """The state of a temp file called `name` (None: not one of ours)."""
+    match = _TEMP_NAME.fullmatch(name)
+    if match is None:
+        return None
+    pid = match.group("pid")
+    if pid is not None and match.group("host") == HOST_TAG and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        return "abandoned"
+    return "expired" if age_seconds > grace_seconds else "in_flight"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +174,10 @@ class Storage:
         rel = rel.strip("/")
         return f"{self._base}/{rel}" if rel else self._base
 
+    def full_path(self, rel: str = "") -> str:
+        """`rel` as a path of `self.fs` (for pyarrow datasets over several files)."""
+        return self._full(rel)
+
     def local_path(self, rel: str = "") -> Path:
         if not self.is_local:
             raise InputError("this operation needs a local lake", uri=self.root)
@@ -136,15 +197,16 @@ class Storage:
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
 
-    @staticmethod
-    def _write_temp(parent: str, data: bytes, mode: int | None = None) -> str:
-        """Write `data` durably under a fresh temporary name in `parent` (local disk); returns that name."""
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+    def _write_temp(self, parent: str, data: bytes, mode: int | None = None) -> str:
+        """Write `data` durably under a fresh temporary name in `parent` (local disk); returns that name.
+        The crash point `storage.after_temp:<top-level dir>` dies with the temp file written, unrenamed."""
+        tmp = f"{parent}/{temp_name()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -283,10 +345,58 @@ class Storage:
             self.fs.create_dir(full_dir, recursive=True)
 
     def delete(self, rel: str) -> None:
+        if not self.is_local:  # pyarrow's delete_file PUTs a `dir/` marker when it empties a prefix
+            import obstore
+
+            try:
+                obstore.delete(self._obstore(), rel.strip("/"))
+            except FileNotFoundError:
+                pass
+            return
         try:
             self.fs.delete_file(self._full(rel))
         except FileNotFoundError:
             pass
+
+    def temp_files(self, grace_seconds: float = TEMP_GRACE_SECONDS) -> list[TempFile]:
+        """Every temp file under the root (outside Delta logs and the catalog), with its state. Temp files
+        exist on local disk only: object-store writes are single PUTs."""
+        if not self.is_local:
+            return []
+        now = time.time()
+        out: list[TempFile] = []
+        stack = [self._base]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name not in _SKIP_DIRS:
+                        stack.append(entry.path)
+                    continue
+                if not entry.name.startswith(TEMP_PREFIX):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # renamed or removed by its writer meanwhile
+                age = max(0.0, now - st.st_mtime)
+                state = temp_state(entry.name, age, grace_seconds)
+                if state is not None:
+                    out.append(TempFile(path=entry.path[len(self._base) + 1:], size=int(st.st_size),
+                                        age_seconds=age, state=state))
+        return sorted(out, key=lambda t: t.path)
+
+    def sweep_temp(self, grace_seconds: float = TEMP_GRACE_SECONDS, *, apply: bool = True) -> list[TempFile]:
+        """Remove the stale temp files (abandoned, or older than the grace); returns them. In-flight
+        ones belong to a running writer and are left alone."""
+        stale = [t for t in self.temp_files(grace_seconds) if t.stale]
+        if apply:
+            for t in stale:
+                self.delete(t.path)
+        return stale
 
     def list(self, prefix: str = "", *, recursive: bool = True) -> list[ObjectInfo]:
         base = self._full(prefix)

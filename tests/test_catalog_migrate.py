@@ -33,7 +33,7 @@ def test_migrate_a_local_lake_then_it_uses_the_lake_catalog(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CATALOG_ENV, raising=False)
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     assert isinstance(lake.catalog, SqliteCatalog)  # local lakes keep SQLite until migrated
     lake.ingest(jsonl([up("a", 1), up("b", 2, day=48)]))
     lake.ingest(jsonl([up("c", 3)]))
@@ -67,7 +67,7 @@ def test_migrate_a_local_lake_then_it_uses_the_lake_catalog(tmp_path: Path,
 def test_migrate_refuses_a_generation_that_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CATALOG_ENV, raising=False)
     root = tmp_path / "lake"
-    lake = dr.Lake.open(root)
+    lake = dr.Lake.create(root)
     lake.ingest(jsonl([up("a", 1)]))
     target = LakeCatalog(lake.storage)
     target.register("orders", location="orders", kind="delta")
@@ -91,7 +91,7 @@ def test_migrate_an_s3_lake_from_its_local_sqlite(s3server: S3Server, tmp_path: 
     monkeypatch.delenv(CATALOG_ENV, raising=False)
     uri = f"s3://{s3server.new_bucket()}/lake"
     sqlite = tmp_path / "catalog.sqlite"
-    lake = dr.Lake.open(uri, storage_options=s3server.options, catalog=SqliteCatalog(sqlite))
+    lake = dr.Lake.create(uri, storage_options=s3server.options, catalog=SqliteCatalog(sqlite))
     lake.ingest(jsonl([up("a", 1)]))
     lake.ingest(jsonl([up("b", 2)]))
     out = cli(uri, "catalog", "migrate", "--from", "sqlite", str(sqlite), env=s3server.options)

@@ -62,7 +62,7 @@ def run_plain(server: S3Server, bucket: str) -> dict[str, Any]:
 def s3_lake(s3server: S3Server, monkeypatch: pytest.MonkeyPatch) -> tuple[dr.Lake, str]:  # noqa: F811
     monkeypatch.delenv(CATALOG_ENV, raising=False)
     bucket = s3server.new_bucket()
-    return dr.Lake.open(f"s3://{bucket}/lake", storage_options=s3server.options), bucket
+    return dr.Lake.create(f"s3://{bucket}/lake", storage_options=s3server.options), bucket
 
 
 def test_an_s3_lake_needs_no_local_catalog(s3_lake: tuple[dr.Lake, str], s3server: S3Server) -> None:  # noqa: F811

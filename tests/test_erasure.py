@@ -109,23 +109,25 @@ def test_replay_and_a_newer_event_keep_the_subject_absent(history_lake: dr.Lake)
     newer = lake.ingest(jsonl([up(SUBJECT, 1000, amount=1, day=51), up("e", 1001, day=51)]))
     assert newer.reasons == {"erased_subject": 1} and newer.accepted == 1
     row = lake.quarantine.rows(newer.batch_id)
-    assert row["reason"].to_list() == ["erased_subject"] and row["raw"].to_list() == [None]
+    assert row["reason"].to_list() == ["erased_subject"]
     assert row["subject"].to_list() == [lake.erasures.subject_key(SUBJECT)]
     current = lake.read()["order_id"].to_list()
     assert SUBJECT not in current and "e" in current
     assert not holds(lake, lake.latest_version("orders"))
 
 
-def test_rejected_lines_of_the_subject_lose_their_raw_text(lake: dr.Lake) -> None:
+def test_rejected_lines_of_the_subject_are_withheld_once_it_is_erased(lake: dr.Lake) -> None:
+    from delta_release.quarantine.view import quarantine_records
+
     bad = {**up(SUBJECT, 5), "amount_cents": 73.5}
     early = lake.ingest(jsonl([bad, up("a", 6)]))
-    assert lake.quarantine.rows(early.batch_id)["raw"].to_list()[0] is not None
-    report = lake.erase(SUBJECT)
-    assert report.quarantine_scrubbed == 1
-    assert lake.quarantine.rows(early.batch_id)["raw"].to_list() == [None]
+    shown = quarantine_records(lake, batch_id=early.batch_id, show=True)
+    assert shown[0]["text_state"] == "shown" and SUBJECT in shown[0]["text"]
+    lake.erase(SUBJECT)
+    assert [r["text_state"] for r in quarantine_records(lake, batch_id=early.batch_id, show=True)] == ["withheld"]
     late = lake.ingest(jsonl([{**bad, "position": 7}, up("b", 8)]))
     assert late.reasons == {"amount_unit": 1}
-    assert lake.quarantine.rows(late.batch_id)["raw"].to_list() == [None]
+    assert [r["text"] for r in quarantine_records(lake, batch_id=late.batch_id, show=True)] == [None]
 
 
 def test_pinned_reads_refused_and_history_marks_them(history_lake: dr.Lake) -> None:
@@ -219,8 +221,15 @@ def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: p
 
 
 def test_subject_never_seen_is_recorded_and_blocked(lake: dr.Lake) -> None:
+    # issue 15: an id the lake never saw is refused unless forced (it would be blocked forever)
+    from delta_release.api_checks import UnknownSubjectError
+
     lake.ingest(jsonl([up("a", 1)]))
-    report = lake.erase(SUBJECT)
+    with pytest.raises(UnknownSubjectError) as info:
+        lake.erase(SUBJECT)
+    assert info.value.exit_code == 3 and SUBJECT not in str(info.value) and "--force" in str(info.value)
+    assert lake.erasures.entries() == []
+    report = lake.erase(SUBJECT, force=True)
     assert report.version is None and report.rows_removed == 0 and report.exposed_versions == []
     assert lake.latest_version("orders") == 1
     assert lake.ingest(jsonl([up(SUBJECT, 2)])).reasons == {"erased_subject": 1}
@@ -246,10 +255,8 @@ def test_no_plain_id_in_any_file_we_write(history_lake: dr.Lake, tmp_path: Path)
     root = tmp_path / "lake"
     needle = SUBJECT.encode()
     assert files_with_bytes(root, needle, skip=("_raw/",))  # before: data files (and quarantine) hold it
-    assert files_with_bytes(root, needle, skip=("_raw/", "orders/"))  # the quarantine holds it
+    assert files_with_bytes(root, needle, skip=("_raw/", "orders/")) == []  # the quarantine never holds it
     report = lake.erase(SUBJECT)
-    assert report.quarantine_scrubbed == 2
-    assert lake.quarantine.rows().filter(pl.col("raw").is_not_null()).height == 0
     lake.replay(all_batches=True)
     lake.ingest(jsonl([up(SUBJECT, 2000)]))
     # only the old data files still hold it, and they are exactly the ones reported as pending
@@ -294,12 +301,14 @@ def test_second_engine_never_returns_the_subject(history_lake: dr.Lake) -> None:
 def test_broken_lines_naming_an_erased_subject_keep_no_raw_text_on_replay(lake: dr.Lake) -> None:
     from delta_release.erasure.text import names_erased_subject
 
-    lake.erase(SUBJECT)
+    lake.erase(SUBJECT, force=True)  # erased before it was ever seen
     erased, key = lake.erasures.erased_subjects(), lake.erasures.subject_key
     escaped = '{"order_id": "ord-\\u0073ubject-47", "position": '   # the id written with a JSON escape
     assert names_erased_subject(escaped, erased, key)
     assert not names_erased_subject('{"order_id": "ord-other", "position": ', erased, key)
     batch = escaped.encode() + b"\n" + b'{"order_id": "ord-other", "position": \n' + jsonl([up("a", 1)])
+    from delta_release.quarantine.view import quarantine_records
+
     for report in (lake.ingest(batch), *lake.replay(all_batches=True)):
-        raws = lake.quarantine.rows(report.batch_id).sort("line")["raw"].to_list()
-        assert raws[0] is None and raws[1] is not None and "ord-other" in raws[1]
+        shown = quarantine_records(lake, batch_id=report.batch_id, show=True)
+        assert [r["text_state"] for r in shown] == ["withheld", "shown"] and "ord-other" in shown[1]["text"]

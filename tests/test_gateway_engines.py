@@ -39,7 +39,7 @@ def test_duckdb_equals_polars_for_orders_including_the_null_partition(lake: dr.L
 def test_duckdb_reads_pinned_versions(lake: dr.Lake) -> None:
     _orders(lake)
     for version in range(lake.published("orders").version + 1):  # type: ignore[union-attr]
-        assert lake.gateway.read_duckdb("orders", version).equals(lake.read("orders", version))
+        assert lake.gateway.read_duckdb("orders", version).equals(lake.read("orders", version=version))
 
 
 def test_engines_report_the_same_file_set(lake: dr.Lake, tmp_path: Path) -> None:

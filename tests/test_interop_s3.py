@@ -59,7 +59,7 @@ def test_register_a_third_party_table_on_s3(s3server: S3Server, tmp_path: Path) 
                         catalog=SqliteCatalog(tmp_path / "catalog.sqlite"))
     reg = register_table(lake, "spark", f"s3://{bucket}/ext/spark")
     assert reg.inventory.ok and reg.version == 13 and reg.inventory.unreferenced == []
-    assert lake.read("spark", 5).height == SPARK_COUNTS[5]
+    assert lake.read("spark", version=5).height == SPARK_COUNTS[5]
     victim = _delta.file_entries(f"s3://{bucket}/ext/spark", s3server.options, 13)[0].path
     client.delete_object(Bucket=bucket, Key=f"ext/spark/{victim}")
     with pytest.raises(dr.GateError) as info:

@@ -106,7 +106,7 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
     # a release run from a config outside the repository, naming the repository's fixtures by absolute path
     config = cwd / "release.yaml"
     config.write_text(
-        "lake: {uri: runlake}\n"
+        "lake: {uri: runlake, create: true}\n"
         "sources:\n"
         f"  batches: [{FIXTURES / 'orders' / 'v2.jsonl'}, {FIXTURES / 'orders' / 'v3.jsonl'},"
         f" {FIXTURES / 'orders' / 'bad.jsonl'}]\n"
@@ -120,7 +120,8 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
         "  audit: {days: '47:47', max_fraction: 1.0}\n"
         "packet: {directory: packets}\n",
         encoding="utf-8")
-    run = _run(cli + ["run", str(config)], cwd=cwd, site=site, timeout=180)
+    # no --lake here: `run --lake` overrides the config's lake.uri (issue 15), and this run means runlake
+    run = _run(py + ["-m", "delta_release", "--json", "run", str(config)], cwd=cwd, site=site, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["decision"] == "ship", result

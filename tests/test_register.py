@@ -156,7 +156,7 @@ def test_deletion_vectors_are_applied(lake: dr.Lake, tmp_path: Path) -> None:
     assert reg.inventory.deletion_vectors == 1 and reg.reader["engine"] == "polars"
     got = sorted(lake.read("dv")["value"].to_list())
     assert got == list(range(1, 9))  # the DELETE removed 0 and 9
-    assert sorted(lake.read("dv", 0)["value"].to_list()) == list(range(10))
+    assert sorted(lake.read("dv", version=0)["value"].to_list()) == list(range(10))
     if _duckdb_delta():
         assert sorted(read_duckdb_delta(str(table), 1)["value"].to_list()) == got
 
@@ -258,7 +258,7 @@ def test_every_spark_version_matches_duckdbs_own_log_replay(lake: dr.Lake, tmp_p
     table = copy(SPARK, tmp_path)
     register_table(lake, "spark", str(table))
     for version, count in enumerate(SPARK_COUNTS):
-        ours = lake.read("spark", version)
+        ours = lake.read("spark", version=version)
         theirs = read_duckdb_delta(str(table), version)
         assert ours.height == count
         assert ours.sort(ours.columns).equals(theirs.select(ours.columns).cast(dict(ours.schema)).sort(ours.columns))

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 from conftest import ORDERS, jsonl, up
 from s3server import S3Server, s3server  # noqa: F401 - the fixture
@@ -153,7 +152,7 @@ def test_erase_on_s3(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
     assert [r["order_id"] for r in rows(lake)] == ["ord-keep"]
     lake.replay(all_batches=True)
     assert [r["order_id"] for r in rows(lake)] == ["ord-keep"]
-    assert lake.quarantine.rows().filter(pl.col("raw").str.contains("ord-gone")).height == 0
+    assert "raw" not in lake.quarantine.rows().columns
 
 
 def test_cli_reaches_an_s3_lake_through_aws_environment(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811

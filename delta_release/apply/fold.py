@@ -40,6 +40,7 @@ class ApplyPlan:
     partitions: dict[int | None, pl.DataFrame] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
     changed_keys: int = 0
+    locations: dict[str, int | None] = field(default_factory=dict)  # key -> its partition after the change
 
     @property
     def empty(self) -> bool:
@@ -143,6 +144,7 @@ def plan_apply(events: pl.DataFrame, read_rows: ReadRows) -> ApplyPlan:
         kept = base.filter(in_day & pl.col("order_id").is_in(winner_keys).not_())
         plan.partitions[day] = pl.concat([kept, rows.filter(in_day)]).sort("order_id")
     plan.changed_keys = rows.height
+    plan.locations = dict(zip(rows["order_id"].to_list(), rows["event_day"].to_list(), strict=True))
     return plan
 
 

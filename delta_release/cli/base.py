@@ -20,14 +20,19 @@ class Options:
     lake: str = "lake"
     json: bool = False
     debug: bool = False
+    lake_given: bool = False  # --lake was on the command line (not the default)
 
 
 def _merge(ctx: click.Context, lake: str | None, as_json: bool, debug: bool) -> Options:
     opts: Options = ctx.ensure_object(Options)
     if lake is not None:
         opts.lake = lake
+        opts.lake_given = True
     opts.json = opts.json or as_json
     opts.debug = opts.debug or debug
+    from .. import progress
+
+    progress.configure(progress.wanted(opts.json))
     return opts
 
 

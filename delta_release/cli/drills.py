@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from .base import Options, command_options, emit
@@ -12,11 +14,50 @@ def drill() -> None:
     """Scripted drills in a scratch lake (the lake named by --lake); exit 3 when a drill fails."""
 
 
+DRILL_KEYS = ("drill", "lake", "passed", "checks")  # every drill's JSON starts with these
+
+
+def _figures(value: object, prefix: str = "", depth: int = 0) -> list[str]:
+    """The drill's evidence as `key: value` lines: scalars up to three levels deep; lists as their length."""
+    out: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if prefix == "" and k in DRILL_KEYS:
+                continue
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict) and depth < 2 and len(v) <= 12:
+                out += _figures(v, key, depth + 1)
+            elif isinstance(v, dict):
+                out.append(f"{key}: {len(v)} entries")
+            elif isinstance(v, list):
+                simple = all(not isinstance(i, dict | list) for i in v)
+                out.append(f"{key}: {v}" if simple and len(v) <= 4 else f"{key}: {len(v)} item(s)")
+            else:
+                out.append(f"{key}: {v}")
+    return out
+
+
+def _timed(name: str, run: Callable[[], dict[str, object]]) -> dict[str, object]:
+    from .. import progress
+
+    with progress.step(f"drill {name}"):
+        return run()
+
+
 def emit_drill(opts: Options, result: dict[str, object], name: str) -> None:
-    checks = result.get("checks", {})
+    import os
+
+    lake = opts.lake if "://" in opts.lake else os.path.abspath(opts.lake)
+    result = {"drill": name, "lake": lake, "passed": result["passed"], "checks": result.get("checks", {}),
+              **{k: v for k, v in result.items() if k not in DRILL_KEYS}}
+    checks = result["checks"]
     assert isinstance(checks, dict)
-    lines = [f"drill {name}: {'PASSED' if result['passed'] else 'FAILED'}"]
+    lines = [f"drill {name}: {'PASSED' if result['passed'] else 'FAILED'} (lake {lake})"]
     lines += [f"  {'ok  ' if ok else 'FAIL'} {check}" for check, ok in checks.items()]
+    figures = _figures(result)
+    if figures:
+        lines.append("figures:")
+        lines += [f"  {f}" for f in figures]
     emit(opts, result, "\n".join(lines), exit_code=0 if result["passed"] else 3)
 
 
@@ -26,7 +67,7 @@ def conflict(opts: Options) -> None:
     """Two writers on snapshot 41: the stale one is refused, reloads, applies the tombstone, rebuilds."""
     from ..drills.conflict import run_conflict_drill
 
-    emit_drill(opts, run_conflict_drill(opts.lake), "conflict")
+    emit_drill(opts, _timed("conflict", lambda: run_conflict_drill(opts.lake)), "conflict")
 
 
 @drill.command("erasure")
@@ -35,7 +76,7 @@ def erasure(opts: Options) -> None:
     """Ingest, erase, replay, ingest a newer event, pinned read and rollback: the subject never returns."""
     from ..drills.erasure import run_erasure_drill
 
-    emit_drill(opts, run_erasure_drill(opts.lake), "erasure")
+    emit_drill(opts, _timed("erasure", lambda: run_erasure_drill(opts.lake)), "erasure")
 
 
 @drill.command("crash")
@@ -44,7 +85,7 @@ def crash(opts: Options) -> None:
     """SIGKILL every writer (ingest, replay, erase, rollback, vacuum, publish, run) at each step; check, rerun."""
     from ..drills.crash import run_crash_drill
 
-    emit_drill(opts, run_crash_drill(opts.lake), "crash")
+    emit_drill(opts, _timed("crash", lambda: run_crash_drill(opts.lake)), "crash")
 
 
 @drill.command("freshness")
@@ -55,4 +96,4 @@ def freshness(opts: Options, runs: int) -> None:
     """47 hourly telemetry partitions: partial hour rejected, stale readers refresh or fail, engines agree."""
     from ..drills.freshness import run_freshness_drill
 
-    emit_drill(opts, run_freshness_drill(opts.lake, runs=runs), "freshness")
+    emit_drill(opts, _timed("freshness", lambda: run_freshness_drill(opts.lake, runs=runs)), "freshness")

@@ -7,8 +7,13 @@ from typing import Any
 import click
 
 from ..arguments import FiniteFloat
-from ..erasure.pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
-from ..maintenance.vacuum import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS
+from ..retention import (
+    BACKUP_EXPIRY_DAYS,
+    ORPHAN_GRACE_HOURS,
+    RAW_RETENTION_DAYS,
+    REPLAY_HORIZON_HOURS,
+    RETAIN_VERSIONS,
+)
 from .base import Options, command_options, emit, open_lake
 
 
@@ -19,17 +24,31 @@ def _pending_text(pending: list[dict[str, Any]]) -> str:
 
 
 @click.command()
-@click.argument("order_id")
+@click.argument("order_id", required=False)
+@click.option("--resume", is_flag=True,
+              help="Complete erasures a killed writer left pending (every writer also does this first).")
 @click.option("--table", default="orders", show_default=True)
 @click.option("--raw-retention-days", type=FiniteFloat(), default=RAW_RETENTION_DAYS, show_default=True,
               help="How long raw batches are kept (they hold the subject until then).")
 @click.option("--backup-expiry-days", type=FiniteFloat(), default=BACKUP_EXPIRY_DAYS, show_default=True,
               help="How long backups taken before the erasure live (0: no backups).")
+@click.option("--force", is_flag=True, help="Erase (block) an id this lake never saw; refused (exit 3) without it.")
 @command_options
-def erase(opts: Options, order_id: str, table: str, raw_retention_days: float, backup_expiry_days: float) -> None:
-    """Erase ORDER_ID: one commit removes every row of it; its events are blocked from now on."""
-    report = open_lake(opts).erase(order_id, table=table, raw_retention_days=raw_retention_days,
-                                   backup_expiry_days=backup_expiry_days or None).to_json()
+def erase(opts: Options, order_id: str | None, resume: bool, table: str, raw_retention_days: float,
+          backup_expiry_days: float, force: bool) -> None:
+    """Erase ORDER_ID: one commit removes every row of it; its events are blocked from now on.
+    `erase --resume` completes erasures left pending by a killed writer."""
+    if resume == (order_id is not None):
+        raise click.UsageError("give either ORDER_ID or --resume")
+    lake = open_lake(opts)
+    if order_id is None:
+        from ..commit.writer import before_work
+
+        done = before_work(lake.table(table)).to_json()
+        emit(opts, done, f"completed {done['erasures_completed']} pending erasure(s)")
+        return
+    report = lake.erase(order_id, table=table, force=force, raw_retention_days=raw_retention_days,
+                        backup_expiry_days=backup_expiry_days or None).to_json()
     where = "nothing to remove" if report["version"] is None else f"version {report['version']}"
     text = (f"erased subject {report['subject'][:16]} from {table}: {report['rows_removed']} row(s) removed"
             f" ({where}); versions that still hold it are refused: {report['exposed_versions'] or 'none'}\n"
@@ -69,9 +88,12 @@ def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_version
     """Retention- and erasure-aware cleanup of data files that no needed snapshot references."""
     if apply and dry_run:
         raise click.UsageError("--apply and --dry-run exclude each other")
-    report = open_lake(opts).vacuum(table, apply=apply, retain_versions=retain_versions,
-                                    replay_horizon_hours=replay_horizon_hours,
-                                    orphan_grace_hours=orphan_grace_hours).to_json()
+    from .. import progress
+
+    with progress.step(f"vacuum {table} ({'apply' if apply else 'dry run'})"):
+        report = open_lake(opts).vacuum(table, apply=apply, retain_versions=retain_versions,
+                                        replay_horizon_hours=replay_horizon_hours,
+                                        orphan_grace_hours=orphan_grace_hours).to_json()
     verb = "removed" if apply else "would remove"
     by_reason = ", ".join(f"{k}={v}" for k, v in report["removed_by_reason"].items())
     lines = [f"{table}: {verb} {len(report['removed'])} file(s), {report['bytes_removed']} bytes"
@@ -79,6 +101,8 @@ def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_version
              + f"; kept {len(report['kept'])} old file(s) and {report['kept_current']} current"]
     lines += [f"  {verb}: {r['path']} ({r['reason']})" for r in report["removed"]]
     lines += [f"  kept: {k['path']} ({k['reason']})" for k in report["kept"]]
+    lines += [f"  {verb if t['action'] != 'kept' else 'kept'} temp file: {t['path']} ({t['state']}, {t['size']} bytes)"
+              for t in report["temp_files"]]
     if not apply:
         lines.append("dry run: nothing was deleted; use --apply")
     emit(opts, report, "\n".join(lines))

@@ -12,8 +12,10 @@ from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
 from .orders import history, ingest, read, replay
+from .quarantine import quarantine
 from .register import register
 from .release import run
+from .status import status
 from .usage import OneLineGroup
 
 
@@ -25,11 +27,12 @@ from .usage import OneLineGroup
 @click.pass_context
 def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
     """Publish versioned Delta Lake tables that are complete, current, replay-safe and erasure-safe."""
-    ctx.obj = Options(lake=lake, json=as_json, debug=debug)
+    ctx.obj = Options(lake=lake, json=as_json, debug=debug,
+                      lake_given=ctx.get_parameter_source("lake") is not click.core.ParameterSource.DEFAULT)
 
 
 for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
-                vacuum, run, catalog):
+                vacuum, run, quarantine, catalog, status):
     cli.add_command(command)
 
 

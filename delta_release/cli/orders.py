@@ -27,7 +27,10 @@ def ingest(opts: Options, batch: Path) -> None:
     if not batch.is_file():  # before the lake is opened: a bad argument creates nothing
         what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
         raise InputError(f"batch file {what}: {batch}", path=str(batch))
-    report = open_lake(opts, create=True).ingest(batch).to_json()
+    from .. import progress
+
+    with progress.step(f"ingest {batch.name} ({progress.human_bytes(batch.stat().st_size)})"):
+        report = open_lake(opts, create=True).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 
 

@@ -1,7 +1,7 @@
 """The one writer path: every commit of ours goes through here.
 
     write(ctx, plan):
-        before_work(ctx)                       # recover an interrupted publication (+ issue 13's hooks)
+        before_work(ctx)                       # temp sweep, legacy quarantine, pending erasures, publication
         repeat (at most MAX_ATTEMPTS):
             parent = latest version
             staged = stage(ctx, plan, parent)  # plan.build(ctx, parent) -> Change; stage; gate; evidence
@@ -19,17 +19,21 @@ on the same parent (`commit` raises StaleParentError if the table moved meanwhil
 
 Crash points (names kept for the crash drill): stage.after_first_file (in stage/candidate.py),
 ingest.after_staging, ingest.after_gate, commit.during (a window around the Delta commit),
-ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish.
+ingest.after_commit, publish.before_swap (in the publisher), ingest.after_publish. Callers add their
+own: ingest.after_raw, ingest.after_quarantine, erase.after_ledger, run.after_stage,
+run.before_ship_commit, run.after_ship_commit, storage.after_temp:<top directory>.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from .. import _delta
+from .. import _delta, index
 from ..context import TableContext
 from ..errors import NotFoundError, StaleParentError
 from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
@@ -38,7 +42,11 @@ from ..gateway.catalog import Publication
 from ..stage import Candidate, gate_candidate, stage_partitions
 from ..stage.candidate import FileEvidence
 
-MAX_ATTEMPTS = 8
+# Each failed attempt means another writer committed, so the table moved forward: with N writers at
+# once a writer waits for at most N - 1 others. 64 covers dozens of concurrent writers; a jittered
+# backoff (capped at BACKOFF_MAX_S) keeps many writers from re-colliding in lockstep.
+MAX_ATTEMPTS = 64
+BACKOFF_MAX_S = 0.5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +69,10 @@ class Change:
     batch_ids: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)  # evidence details (JSON-able, no subject ids)
     label: str | None = None  # a publication label (an external generation)
+    # For the key index (never written as plain ids): key -> partition value of the orders this change
+    # places (None: derive them from every row it stages), and keys it removes from the table (erasure).
+    locations: dict[str, Any] | None = None
+    gone_keys: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -126,6 +138,7 @@ class WriteResult:
     publication: Publication | None
     attempts: int
     stale_parents: list[StaleParent]
+    upkeep: Upkeep | None = None  # what before_work did (None when the caller ran it itself)
 
 
 # -- the steps ------------------------------------------------------------------------------------
@@ -143,8 +156,9 @@ def files_of_partitions(entries: list[_delta.FileEntry], column: str, values: An
 def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.DataFrame], *, operation: str,
                        batch_ids: list[str] | None = None, details: dict[str, Any] | None = None) -> Change:
     """A change that replaces whole partitions: their new content, and every file they hold at `parent`."""
-    removes = files_of_partitions(_delta.file_entries(ctx.uri, ctx.storage_options, parent),
-                                  ctx.table.partition, partitions) if partitions else []
+    column = ctx.table.partition
+    removes = _delta.partition_entries(ctx.uri, ctx.storage_options, parent, column,
+                                       [partition_text(v) for v in partitions]) if partitions else []
     return Change(operation=operation, partitions=partitions, removes=removes, batch_ids=list(batch_ids or []),
                   details=dict(details or {}))
 
@@ -215,7 +229,7 @@ def recover_publication(ctx: TableContext) -> Publication | None:
     current = ctx.publisher.current(ctx.name)
     if latest is None or (current is not None and current.version >= latest):
         return current
-    raw = _delta.history(ctx.uri, ctx.storage_options, 1)[0]["evidence"]
+    raw = _delta.version_evidence(ctx.uri, ctx.storage_options, latest)
     if raw is None:
         return current  # not ours
     evidence = CommitEvidence.from_json(raw)
@@ -224,20 +238,68 @@ def recover_publication(ctx: TableContext) -> Publication | None:
     return ctx.publisher.publish(ctx.name, latest, digest=str(raw.get("digest", "")))
 
 
-def before_work(ctx: TableContext) -> None:
+@dataclass(slots=True, kw_only=True)
+class Upkeep:
+    """What `before_work` did before the writer's own work (reported by writers that care)."""
+
+    temp_files_removed: list[str] = field(default_factory=list)  # lake-relative paths
+    quarantine_migrated: int = 0  # legacy ledger files rewritten without their text
+    erasures_completed: int = 0  # erasures a killed writer left pending, completed here
+    publication: Publication | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"temp_files_removed": self.temp_files_removed, "quarantine_migrated": self.quarantine_migrated,
+                "erasures_completed": self.erasures_completed}
+
+
+def before_work(ctx: TableContext, *, lake_wide: bool = True) -> Upkeep:
     """What every writer does before it reads its parent: finish work a killed writer left behind.
 
-    Today: publish a landed-but-unpublished commit. Issue 13 adds here: complete a pending erasure."""
-    recover_publication(ctx)
+    Lake-wide (when the context knows its lake; `lake_wide=False` for a writer that already did it):
+    remove stale temp files (a killed writer's, which may hold payload text), migrate a legacy
+    quarantine ledger (quarantine/upkeep.py), and complete every erasure left pending in the ledger by a
+    killed writer (erasure/erase.py; its commits go through `write(..., upkeep=False)`). Then publish a
+    landed-but-unpublished commit of this table."""
+    upkeep = Upkeep()
+    if lake_wide and ctx.lake is not None:
+        from ..erasure.erase import complete_pending_erasures
+        from ..quarantine.upkeep import writer_start
+
+        started = writer_start(ctx.lake.storage)
+        upkeep.temp_files_removed = list(started["temp_files_removed"])
+        upkeep.quarantine_migrated = int(started["quarantine_migrated"])
+        upkeep.erasures_completed = complete_pending_erasures(ctx.lake)
+    upkeep.publication = recover_publication(ctx)
+    return upkeep
 
 
-def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
-          max_attempts: int = MAX_ATTEMPTS) -> WriteResult:
+def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> None:
+    """Tell the indexes what commit `version` did. They are caches: a writer killed before this point
+    leaves them behind, and the next lookup rebuilds what is missing from the Delta log."""
+    change = staged.change
+    batches = index.batch_index(ctx)
+    if batches is not None and change.batch_ids:
+        batches.record(change.batch_ids, version)
+    keys = index.key_index(ctx)
+    if keys is None:
+        return
+    locations = change.locations
+    if locations is None:
+        key = ctx.table.key or ""
+        locations = {}
+        for value, frame in change.partitions.items():
+            locations.update(dict.fromkeys(frame[key].to_list(), value))
+    keys.record(version, locations, change.gone_keys, files=[e.add.path for e in change.existing])
+
+
+def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attempts: int = MAX_ATTEMPTS,
+          upkeep: bool = True) -> WriteResult:
     """Build `plan` on the latest parent, stage, gate, commit strictly, retry on a stale parent, publish.
 
     With publish_now=False the commit lands with `publication: deferred` in its evidence and the
-    catalog is left alone (a release run publishes on ship)."""
-    before_work(ctx)
+    catalog is left alone (a release run publishes on ship). upkeep=False: the caller ran `before_work`.
+    """
+    done = before_work(ctx) if upkeep else None
     stale: list[StaleParent] = []
     publication = IMMEDIATE if publish_now else DEFERRED
     for attempt in range(1, max_attempts + 1):
@@ -252,15 +314,17 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
             raise
         if staged.empty:
             return WriteResult(table=ctx.name, version=None, staged=staged, publication=None, attempts=attempt,
-                               stale_parents=stale)
+                               stale_parents=stale, upkeep=done)
         try:
             version = commit(ctx, staged)
         except StaleParentError as exc:
             stale.append(StaleParent(expected=exc.expected, found=exc.found))
+            time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
             continue
         crash_point("ingest.after_commit")
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
         crash_point("ingest.after_publish")
+        record_indexes(ctx, version, staged)
         return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
-                           stale_parents=stale)
+                           stale_parents=stale, upkeep=done)
     raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)

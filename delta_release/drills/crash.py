@@ -60,7 +60,7 @@ from typing import Any
 
 import polars as pl
 
-from .. import _delta
+from .. import _delta, progress
 from ..apply import reference_fold
 from ..contract import decode_batch
 from ..errors import DeltaReleaseError, ErasureExposureError, InputError
@@ -248,7 +248,10 @@ def _run_config(lake_dir: Path, scene: Scene) -> Path:
            "checks": {"schema_fixtures": {"v2": str(scene.inputs / "v2.jsonl"), "v3": str(scene.inputs / "v3.jsonl")},
                       "amount_unit": True, "reconciliation": True, "checksums": True, "pinned_query": False,
                       "conflict_drill": False, "erasure_drill": False, "freshness_gate": False,
-                      "audit": {"days": "10:14", "max_fraction": 1.0}},
+                      "audit": {"days": "10:14", "max_fraction": 1.0},
+                      # the drill's batch is hostile on purpose (rejected lines, late events, a moved order):
+                      # the release thresholds would hold it, and this drill is about kills, not thresholds
+                      "thresholds": False},
            "packet": {"directory": str(lake_dir.parent / "packets")}}
     path = lake_dir.parent / "release.yaml"
     path.write_text(json.dumps(cfg), encoding="utf-8")  # JSON is YAML
@@ -281,16 +284,17 @@ def _ingest_points() -> tuple[CrashPoint, ...]:
 
 
 def _run_points() -> tuple[CrashPoint, ...]:
-    before = frozenset({BEFORE})
-    return (_p("ingest.after_raw", "run: a batch's raw write done"),
-            _p("ingest.after_staging", "run: a batch staged, not gated"),
-            _p("ingest.after_gate", "run: a batch gated, not committed"),
-            _p("ingest.after_quarantine", "run: a batch's quarantine written"),
+    """The run receives its batches, stages ONE candidate (stage(): the writer's staging and gate points),
+    checks it, and only on SHIP commits (commit(): `commit.during`) and publishes; the writer's
+    `ingest.after_commit`/`after_publish` belong to `write()` and never fire in a run. A reader sees the
+    state before the run at every point: nothing is published until the catalog moves."""
+    return (_p(TEMP_PREFIX + "_raw", "run: a batch's raw copy written to its temp file, not renamed"),
+            _p("ingest.after_staging", "run: the candidate staged, not gated"),
+            _p("ingest.after_gate", "run: the candidate gated, its quarantine not written"),
+            _p(TEMP_PREFIX + "_quarantine", "run: a quarantine ledger in its temp file, not renamed"),
             _p("run.after_stage", "run: the candidate of all batches staged and gated, checks not run"),
-            _p("commit.during", "run: during a Delta commit (watchdog at 3 ms)", delay=0.003),
-            _p("ingest.after_commit", "run: a commit landed, not published"),
-            _p("ingest.after_publish", "run: a batch done (publication deferred)", before),
             _p("run.before_ship_commit", "run: SHIP decided, its commit not made"),
+            _p("commit.during", "run: during the ship's Delta commit (watchdog at 3 ms)", delay=0.003),
             _p("run.after_ship_commit", "run: the ship commit landed, not published"),
             _p("publish.before_swap", "run: SHIP, generation read, swap not done"),
             _p(SQLITE_HOOK, "run: SHIP, inside the SQLite publish transaction"))
@@ -326,7 +330,7 @@ WRITERS: tuple[Writer, ...] = (
            points=_generic(staged=False, several_files=False), subset=("publish.before_swap",)),
     Writer(name="run", summary="a release run (ship)", table="orders", setup=_setup_run, batch=True,
            argv=lambda lake, s: ["run", str(_run_config(lake, s))], points=_run_points(),
-           subset=("ingest.after_commit", "run.before_ship_commit")),
+           subset=("run.after_stage", "run.after_ship_commit")),
 )
 
 
@@ -392,19 +396,17 @@ def run_child(lake_dir: Path, argv: list[str], point: CrashPoint) -> subprocess.
 
 
 def run_cli(lake_dir: Path, argv: list[str]) -> tuple[int, dict[str, Any]]:
-    """Run a command through the CLI in this process (the reference run and the rerun)."""
-    from click.testing import CliRunner
-
-    from ..cli.main import cli
-
-    result = CliRunner().invoke(cli, ["--lake", str(lake_dir), *argv, "--json"], catch_exceptions=True)
+    """Run a command as a user would, in its own interpreter (the reference run and the rerun). The drill
+    sits beside the CLI, not above it: it never imports it."""
+    proc = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(lake_dir), *argv, "--json"],
+                          capture_output=True, text=True, timeout=300, check=False)
     try:
-        out = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
+        out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
     except (json.JSONDecodeError, IndexError):
         out = {}
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        out = {"error": {"type": type(result.exception).__name__}}
-    return result.exit_code, out
+    if proc.returncode == 1 and "error" not in out:
+        out = {"error": {"type": "internal", "stderr": proc.stderr.strip().splitlines()[-1:]}}
+    return proc.returncode, out
 
 
 # -- observation ----------------------------------------------------------------------------------
@@ -736,7 +738,7 @@ def run_crash_drill(uri: str, *, writers: tuple[str, ...] | None = None, subset:
     root = prepare_scratch(uri)
     declared = declared_points()
     results = []
-    for writer in WRITERS:
+    for writer in progress.track(WRITERS, "crash drill: writers"):
         if writers is not None and writer.name not in writers:
             continue
         chosen = (labels or {}).get(writer.name) or (set(writer.subset) if subset else None)

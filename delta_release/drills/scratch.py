@@ -24,4 +24,4 @@ def prepare_scratch(uri: str) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / MARKER).write_text("created by a delta-release drill; wiped by the next drill\n")
-    return path
+    return path.resolve()  # an absolute root: a relative --lake must not be joined onto itself later

@@ -7,30 +7,35 @@ Order of work, each step safe to repeat after a crash:
    same stage -> gate -> strict commit path as ingest (a stale parent re-reads and rebuilds);
 3. the entry becomes `done`, with the version ranges and data files that still hold the subject, found
    from the table's lineage and a scan of the key column of every file still on storage;
-4. the quarantine forgets the subject's raw text (rows of the subject's hash, and unparseable lines that
-   contain the id).
+4. stale temp files (a killed writer's, which may hold the subject's text) are removed.
+The quarantine holds no payload text (it points into the raw batches), so nothing there needs scrubbing.
 The plain id lives only in this call's memory; nothing here writes it, and no error names it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from .. import _delta
+from .. import _delta, index
 from ..arguments import finite
 from ..clock import iso
-from ..commit.writer import Change, Plan, replace_partitions, write
+from ..commit.writer import Change, Plan, before_work, replace_partitions, write
 from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError
+from ..faults import crash_point
+from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
+from ..storage import HOST_TAG
+from ..storage import _pid_alive as pid_alive
 from ..tables import DEFAULT_TABLE
 from ..views import partition_filter
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
-from .pending import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, pending_for, raw_batches_holding
+from .pending import pending_for, raw_batches_holding
 
 
 @dataclass(slots=True, kw_only=True)
@@ -42,7 +47,8 @@ class ErasureReport:
     partitions: list[int | None] = field(default_factory=list)
     files_removed: list[str] = field(default_factory=list)
     exposed_versions: list[list[int]] = field(default_factory=list)
-    quarantine_scrubbed: int = 0
+    temp_files_removed: list[str] = field(default_factory=list)
+    erasures_completed: int = 0  # pending erasures of killed writers completed before this one
     already_erased: bool = False
     attempts: int = 0
     stale_parents: list[dict[str, Any]] = field(default_factory=list)
@@ -53,7 +59,8 @@ class ErasureReport:
             "subject": self.subject, "table": self.table, "version": self.version,
             "rows_removed": self.rows_removed, "partitions": self.partitions,
             "files_removed": self.files_removed, "exposed_versions": self.exposed_versions,
-            "quarantine_scrubbed": self.quarantine_scrubbed, "already_erased": self.already_erased,
+            "temp_files_removed": self.temp_files_removed,
+            "erasures_completed": self.erasures_completed, "already_erased": self.already_erased,
             "attempts": self.attempts, "stale_parents": self.stale_parents, "pending": self.pending,
         }
 
@@ -75,6 +82,10 @@ class RemoveSubject(Plan):
     def build(self, ctx: TableContext, parent: int) -> Change:
         key, pcol = ctx.table.key or "", ctx.table.partition
         lf = _delta.scan(ctx.uri, ctx.storage_options, parent)
+        keys = index.key_index(ctx)
+        if keys is not None:  # the partition the key index names (stale at worst: then it holds nothing)
+            where = keys.locate([self.order_id], upto=parent)
+            lf = lf.filter(partition_filter(pcol, list(where.values())))
         hits = lf.filter(pl.col(key) == self.order_id).select(pcol).collect()
         self.partitions = sorted(set(hits[pcol].to_list()), key=lambda d: (d is None, d or 0))
         if not self.partitions:
@@ -84,14 +95,22 @@ class RemoveSubject(Plan):
         kept = base.filter(pl.col(key) != self.order_id)
         self.rows_removed = base.height - kept.height
         partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in self.partitions}
-        return replace_partitions(ctx, parent, partitions, operation="erase",
-                                  details={"rows_removed": self.rows_removed, "subjects_removed": 1})
+        change = replace_partitions(ctx, parent, partitions, operation="erase",
+                                    details={"rows_removed": self.rows_removed, "subjects_removed": 1})
+        change.locations, change.gone_keys = {}, [self.order_id]  # the rest of those partitions stays put
+        return change
 
 
 def _remove_subject(lake: LakeContext, table: str, order_id: str, report: ErasureReport) -> None:
-    """Commit the table without the subject's rows (no commit when it holds none)."""
+    """Commit the table without the subject's rows (no commit when it holds none). The caller ran the
+    writer's upkeep (`before_work`) already: completing pending erasures there would recurse."""
     plan = RemoveSubject(order_id)
-    result = write(lake.table(table), plan)
+    ctx = lake.table(table)
+    result = write(ctx, plan, upkeep=False)
+    keys = index.key_index(ctx)
+    latest = ctx.latest_version()
+    if keys is not None and latest is not None:  # the subject's hash leaves the key index's files
+        keys.forget(order_id, latest)
     report.attempts = result.attempts
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is None:
@@ -100,27 +119,6 @@ def _remove_subject(lake: LakeContext, table: str, order_id: str, report: Erasur
     report.rows_removed = plan.rows_removed
     report.partitions = plan.partitions
     report.files_removed = [r.path for r in result.staged.removes]
-
-
-def scrub_quarantine_text(lake: LakeContext, order_id: str) -> int:
-    """Forget the raw text of rejected lines that name the subject but whose subject was never known
-    (a line too broken to parse keeps its raw text, and with it the id). Returns the rows changed."""
-    from ..contract import Reason, Reject
-
-    rows = lake.quarantine.rows()
-    if rows.height == 0:
-        return 0
-    hit = rows.filter(pl.col("raw").is_not_null() & pl.col("raw").str.contains(order_id, literal=True))
-    changed = 0
-    for (batch_id,) in hit.select("batch_id").unique().iter_rows():
-        batch = rows.filter(pl.col("batch_id") == batch_id).sort("line")
-        rejects = [Reject(line=r["line"], reason=Reason(r["reason"]), detail=r["detail"],
-                          raw=None if r["raw"] is not None and order_id in r["raw"] else r["raw"],
-                          order_id=r["subject"])  # already a keyed hash: written back as it is
-                   for r in batch.iter_rows(named=True)]
-        changed += sum(1 for r in batch.iter_rows(named=True) if r["raw"] is not None and order_id in r["raw"])
-        lake.quarantine.write(batch_id, rejects, lambda subject: subject)
-    return changed
 
 
 def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABLE,
@@ -134,16 +132,35 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
     tdef = lake.table_def(table)
     if not tdef.key:
         raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)
+    upkeep = before_work(lake.table(table))  # completes a killed erasure (this subject's too) first
+    report = _erase(lake, order_id, table, raw_retention_days=raw_retention_days,
+                    backup_expiry_days=backup_expiry_days)
+    report.temp_files_removed = upkeep.temp_files_removed + report.temp_files_removed
+    report.erasures_completed = upkeep.erasures_completed
+    return report
+
+
+def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+           backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
+    """Steps 1-4 of the module docstring (the writer's upkeep already ran)."""
+    tdef = lake.table_def(table)
+    assert tdef.key is not None
     ledger = lake.erasures
     subject = ledger.subject_key(order_id)
     existing = ledger.get(subject)
     report = ErasureReport(subject=subject, table=table, version=None, rows_removed=0,
                            already_erased=existing is not None and existing.done)
     entry = existing if existing is not None else ErasureEntry(
-        subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending")
+        subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending",
+        owner=f"{HOST_TAG}-{os.getpid()}")
     if existing is None:
         entry = ledger.write(entry)  # create-only: a concurrent erasure's entry stands
-    _remove_subject(lake, table, order_id, report)
+    crash_point("erase.after_ledger")
+    _ERASING.add(subject)
+    try:
+        _remove_subject(lake, table, order_id, report)
+    finally:
+        _ERASING.discard(subject)
 
     lineage = table_lineage(lake, table)
     present = data_files_on_storage(lake, table)
@@ -158,7 +175,72 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
         exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, order_id),
         rows_removed=entry.rows_removed + report.rows_removed)
     report.exposed_versions = exposed
-    report.quarantine_scrubbed = lake.quarantine.scrub_subject(subject) + scrub_quarantine_text(lake, order_id)
+    report.temp_files_removed = [t.path for t in lake.storage.sweep_temp()]
     report.pending = pending_for(lake, entry, raw_retention_days=raw_retention_days,
                                  backup_expiry_days=backup_expiry_days)
     return report
+
+
+# -- completing an erasure a killed writer left pending (issue 13, item 4) -------------------------
+def _find_subject(lake: LakeContext, entry: ErasureEntry) -> str | None:
+    """The plain id of a pending entry's subject, recovered from what still holds it (the ledger keeps
+    only the keyed hash): the latest version's keys, then every data file on storage, then the raw
+    batches. None when nothing holds it any more. The id lives only in memory."""
+    tdef = lake.tables.get(entry.table)
+    if tdef is None or not tdef.key or lake.latest_version(entry.table) is None:
+        return None
+    key, uri = tdef.key, lake.table_uri(entry.table)
+
+    def match(ids: list[str]) -> str | None:
+        return next((i for i in ids if i is not None and lake.erasures.subject_key(i) == entry.subject), None)
+
+    latest = lake.latest_version(entry.table)
+    found = match(_delta.scan(uri, lake.options, latest).select(pl.col(key).unique()).collect()[key].to_list())
+    if found is None:
+        paths = sorted(data_files_on_storage(lake, entry.table))
+        if paths:
+            store = lake.table_storage(entry.table)
+            frame = pl.scan_parquet([store.uri(p) for p in paths], hive_partitioning=False,
+                                    storage_options=lake.options or None).select(pl.col(key).unique())
+            found = match(frame.collect()[key].to_list())
+    if found is None:
+        from ..contract import decode_batch
+
+        for batch in lake.raw.list():
+            decoded = decode_batch(lake.raw.read(batch.batch_id))
+            found = match(decoded.events["order_id"].unique().to_list()
+                          + [r.order_id for r in decoded.rejects if r.order_id])
+            if found is not None:
+                break
+    return found
+
+
+_ERASING: set[str] = set()  # subjects this process is erasing right now (their writers' upkeep skips them)
+
+
+def _in_flight(entry: ErasureEntry) -> bool:
+    """True when a live process is working on this pending entry: this one (a writer inside its own
+    erasure), or another process on this host that is still running. A pending entry of a process that
+    is gone (or of another host: we cannot tell, so we complete it; a duplicate erasure is harmless, a
+    strict commit serialises the two) is a killed erasure."""
+    if entry.subject in _ERASING:
+        return True
+    host, _, pid = (entry.owner or "").rpartition("-")
+    return bool(pid.isdigit() and host == HOST_TAG and int(pid) != os.getpid() and pid_alive(int(pid)))
+
+
+def complete_pending_erasures(lake: LakeContext) -> int:
+    """Complete every erasure recorded in the ledger but never finished (its writer was killed between
+    the ledger entry and the commit, or before the entry became done). Runs in every writer's
+    `before_work`, before the writer's own work; returns how many it completed."""
+    completed = 0
+    for entry in lake.erasures.entries():
+        if entry.done or _in_flight(entry):
+            continue
+        order_id = _find_subject(lake, entry)
+        if order_id is not None:
+            _erase(lake, order_id, entry.table)
+        else:  # nothing holds it any more: no version ever will (the subject is blocked)
+            lake.erasures.update(entry, state="done", exposed=[], files=[])
+        completed += 1
+    return completed

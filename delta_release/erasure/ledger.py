@@ -57,6 +57,7 @@ class ErasureEntry:
     files: list[str] | None = None  # data files (relative to the table root) that hold the subject
     raw_batches: list[str] = field(default_factory=list)  # raw batch ids whose bytes hold the subject
     rows_removed: int = 0
+    owner: str | None = None  # "<host tag>-<pid>" of the erasing process while pending (never an id)
 
     @property
     def done(self) -> bool:

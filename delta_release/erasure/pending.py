@@ -24,8 +24,7 @@ from .lineage import data_files_on_storage
 if TYPE_CHECKING:
     from ..context import LakeContext
 
-RAW_RETENTION_DAYS = 90.0
-BACKUP_EXPIRY_DAYS = 35.0
+from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS  # noqa: E402 - one set of defaults
 
 
 def _parse(ts: str) -> datetime:

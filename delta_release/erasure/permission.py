@@ -63,16 +63,36 @@ def snapshot_allowed(lake: LakeContext, table: str, version: int) -> bool:
     return not exposing_entries(lake, table, version)
 
 
-def exposure_error(table: str, version: int, count: int, *, action: str = "reading") -> ErasureExposureError:
-    """The refusal; it names the version and how many subjects, never which ones."""
-    return ErasureExposureError(
-        f"{action} version {version} of {table} would expose an erased subject"
-        f" ({count} erased subject(s) still held by that version)",
-        table=table, version=version, erased_subjects=count)
+def resume_command(lake: LakeContext) -> str:
+    """The command that completes an erasure a killed writer left pending (any writer also does)."""
+    return f"delta-release --lake {lake.storage.uri()} erase --resume"
+
+
+def exposure_error(table: str, version: int, count: int, *, action: str = "reading", hint: str = "",
+                   resume: str | None = None) -> ErasureExposureError:
+    """The refusal; it names the version and how many subjects, never which ones (`hint`: the nearest
+    readable version). `resume`: an erasure is pending (its writer was killed before its commit): the
+    message names the command that completes it."""
+    message = (f"{action} version {version} of {table} would expose an erased subject"
+               f" ({count} erased subject(s) still held by that version){hint}")
+    fields: dict[str, object] = {"table": table, "version": version, "erased_subjects": count}
+    if resume is not None:
+        message += (f"; an erasure was interrupted before its commit: run `{resume}` (or any writer: ingest,"
+                    " replay, erase, rollback, run, publish) to complete it")
+        fields["resume"] = resume
+    return ErasureExposureError(message, **fields)
+
+
+def pending_resume(lake: LakeContext, exposing: list[ErasureEntry]) -> str | None:
+    """The resume command when one of `exposing` is still pending, else None."""
+    return resume_command(lake) if any(not e.done for e in exposing) else None
 
 
 def check_snapshot(lake: LakeContext, table: str, version: int) -> None:
     """Raise ErasureExposureError when `version` of `table` still holds an erased subject."""
     exposing = exposing_entries(lake, table, version)
     if exposing:
-        raise exposure_error(table, version, len(exposing))
+        from ..api_checks import nearest_hint
+
+        raise exposure_error(table, version, len(exposing), hint=nearest_hint(lake, table, version),
+                             resume=pending_resume(lake, exposing))

@@ -23,7 +23,7 @@ from .. import _delta
 from ..commit.writer import Change, ExistingFile, Plan, partition_text, write
 from ..context import LakeContext, TableContext
 from ..erasure.lineage import Lineage, table_lineage
-from ..erasure.permission import exposing_entries, exposure_error
+from ..erasure.permission import exposing_entries, exposure_error, pending_resume
 from ..erasure.vacuumlog import check_readable
 from ..errors import GateError, InputError
 from ..evidence import FileRecord
@@ -109,7 +109,10 @@ class RestorePlan(Plan):
         check_readable(lake, table, to, action="rolling back to")  # vacuumed: nothing left to restore
         exposing = exposing_entries(lake, table, to)
         if exposing and not self.repair_forward:
-            err = exposure_error(table, to, len(exposing), action="rolling back to")
+            from ..api_checks import nearest_hint
+
+            err = exposure_error(table, to, len(exposing), action="rolling back to",
+                                 hint=nearest_hint(lake, table, to), resume=pending_resume(lake, exposing))
             err.message += "; use --repair-forward to restore it without the erased subjects"
             err.args = (err.message,)
             raise err

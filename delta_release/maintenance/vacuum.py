@@ -8,6 +8,10 @@ file is removed: first of all files holding an erased subject, as soon as no nee
 them; then expired files; then orphans (in no version at all, e.g. staged files of a killed writer)
 once older than `orphan_grace_hours`, so an in-flight writer's staged candidate is never touched.
 
+Temp files anywhere in the lake (`.tmp-*`, left by a writer killed between writing and renaming them,
+and holding whatever it was writing) are reported in `temp_files` and removed once stale: their writer is
+gone, or they are older than `orphan_grace_hours` (`Storage.temp_files`).
+
 Files are deleted directly on storage; no Delta commit is written, so vacuum never makes a concurrent
 writer's parent stale. The Delta log itself is left alone: it holds no subject ids (DESIGN.md, 5).
 """
@@ -26,13 +30,13 @@ from ..erasure.permission import snapshot_allowed
 from ..erasure.vacuumlog import record_vacuum
 from ..errors import InputError
 from ..faults import crash_point
+from ..storage import TEMP_PREFIX
 
 if TYPE_CHECKING:
     from ..context import LakeContext
 
-RETAIN_VERSIONS = 10
-REPLAY_HORIZON_HOURS = 168.0
-ORPHAN_GRACE_HOURS = 1.0
+from ..retention import ORPHAN_GRACE_HOURS, REPLAY_HORIZON_HOURS, RETAIN_VERSIONS  # noqa: E402 - one set
+
 _PRIORITY = ("latest", "published", "retained", "replay_horizon")
 
 
@@ -48,6 +52,7 @@ class VacuumReport:
     kept: list[dict[str, Any]] = field(default_factory=list)
     kept_current: int = 0
     bytes_removed: int = 0
+    temp_files: list[dict[str, Any]] = field(default_factory=list)  # paths relative to the lake root
     vacuum_id: str | None = None  # the record of this run under _vacuum/ (vacuumlog.py), when it removed files
 
     def to_json(self) -> dict[str, Any]:
@@ -60,7 +65,7 @@ class VacuumReport:
                 "refused_versions": self.refused_versions, "removed": self.removed,
                 "removed_by_reason": dict(sorted(counts.items())), "kept": self.kept,
                 "kept_current": self.kept_current, "bytes_removed": self.bytes_removed,
-                "vacuum_id": self.vacuum_id}
+                "temp_files": self.temp_files, "vacuum_id": self.vacuum_id}
 
 
 def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime | None]]:
@@ -73,8 +78,8 @@ def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime
         if info.type != pafs.FileType.File:
             continue
         rel = info.path[len(base) + 1:]
-        if rel.startswith("_delta_log/") or rel == "_delta_log":
-            continue
+        if rel.startswith("_delta_log/") or rel == "_delta_log" or rel.rsplit("/", 1)[-1].startswith(TEMP_PREFIX):
+            continue  # the log, and temp files: the lake-wide temp sweep reports those
         mtime = info.mtime
         if mtime is not None and mtime.tzinfo is None:
             mtime = mtime.replace(tzinfo=UTC)
@@ -138,6 +143,9 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
                                "size": size})
     report.removed.sort(key=lambda r: (r["reason"] != "erased_subject", r["path"]))
     report.bytes_removed = sum(r["size"] for r in report.removed)
+    temps = lake.storage.temp_files(grace_seconds=max(orphan_grace_hours, 0) * 3600)
+    report.temp_files = [{**t.to_json(), "action": ("removed" if apply else "would_remove") if t.stale else "kept"}
+                         for t in temps]
     if apply:
         record = record_vacuum(lake, table, lineage, [r["path"] for r in report.removed])
         report.vacuum_id = None if record is None else record["vacuum"]
@@ -146,4 +154,7 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
             store.delete(item["path"])
             if i == 0:
                 crash_point("vacuum.after_first_remove")
+        for t in temps:
+            if t.stale:
+                lake.storage.delete(t.path)
     return report

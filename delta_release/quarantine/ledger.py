@@ -1,7 +1,13 @@
-"""`<lake>/_quarantine/<batch_id>.parquet`: one file per batch, rows in line order.
+"""`<lake>/_quarantine/<batch_id>.parquet`: one file per batch, rows in line order, no payload text.
 
-Rows carry a keyed hash of the record's order id (when it had one) instead of the id itself, so an
-erasure can scrub the subject's raw text later without the ledger ever naming the subject.
+A row points into the raw batch instead of copying the line: its line number, byte offset and length in
+the batch's bytes (`_raw/`), the reason code, a detail that describes and never quotes (`details.py`), and
+the keyed hash of the subject when the line named one it could decode. The raw store stays the one place
+a line's text lives, so an erasure never has to rewrite the quarantine; `quarantine --show` reads the text
+from the raw batch and withholds lines of erased subjects (`view.py`).
+
+No column can hold payload, and parquet statistics are written for the integer columns only, so not even
+a footer's min/max can carry text.
 """
 
 from __future__ import annotations
@@ -16,26 +22,51 @@ import pyarrow.parquet as pq
 
 from ..contract import Reject
 from ..storage import Storage
+from .details import safe_detail
+from .spans import line_spans
 
 PREFIX = "_quarantine"
+FORMAT_KEY = b"delta_release.quarantine.format"
+FORMAT = b"2"
 SCHEMA = pa.schema([
     ("batch_id", pa.string()),
     ("line", pa.int64()),
+    ("offset", pa.int64()),
+    ("length", pa.int64()),
     ("reason", pa.string()),
     ("detail", pa.string()),
-    ("raw", pa.string()),
     ("subject", pa.string()),
-])
+], metadata={FORMAT_KEY: FORMAT})
+STATISTICS = ["line", "offset", "length"]  # never on a string column
+_POLARS = {f.name: pl.String() if f.type == pa.string() else pl.Int64() for f in SCHEMA}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QuarantineRow:
     batch_id: str
     line: int
+    offset: int | None
+    length: int | None
     reason: str
     detail: str
-    raw: str | None
     subject: str | None
+
+
+def encode_rows(rows: list[QuarantineRow]) -> bytes:
+    """A ledger file's bytes: the fixed schema, zstd, statistics on the integer columns only."""
+    table = pa.Table.from_pylist([asdict(r) for r in rows], schema=SCHEMA)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", write_statistics=STATISTICS)
+    return sink.getvalue()
+
+
+def _span(reject: Reject, spans: list[tuple[int, int]]) -> tuple[int | None, int | None]:
+    offset, length = getattr(reject, "offset", None), getattr(reject, "length", None)
+    if isinstance(offset, int) and isinstance(length, int):
+        return offset, length
+    if 1 <= reject.line <= len(spans):
+        return spans[reject.line - 1]
+    return None, None
 
 
 class QuarantineLedger:
@@ -45,47 +76,48 @@ class QuarantineLedger:
     def _path(self, batch_id: str) -> str:
         return f"{PREFIX}/{batch_id}.parquet"
 
-    def write(self, batch_id: str, rejects: Iterable[Reject], subject_key: Callable[[str], str]) -> int:
-        """Write the batch's ledger file (replacing an earlier attempt of the same batch)."""
-        rows = [QuarantineRow(batch_id=batch_id, line=r.line, reason=r.reason.value, detail=r.detail,
-                              raw=r.raw, subject=subject_key(r.order_id) if r.order_id else None)
-                for r in sorted(rejects, key=lambda r: r.line)]
-        self._write_rows(batch_id, rows)
-        return len(rows)
+    def write(self, batch_id: str, rejects: Iterable[Reject], subject_key: Callable[[str], str],
+              data: object = None) -> int:
+        """Write the batch's ledger file (replacing an earlier attempt of the same batch). A reject's byte
+        span is its own `offset`/`length` when the decoder set them, else computed from `data` (the raw
+        batch's bytes) or, when that is not bytes, from the batch read back from the raw store."""
+        rejects = sorted(rejects, key=lambda r: r.line)
+        spans: list[tuple[int, int]] = []
+        if any(not isinstance(getattr(r, attr, None), int) for r in rejects for attr in ("offset", "length")):
+            if not isinstance(data, bytes):
+                from ..raw import RawStore
 
-    def _write_rows(self, batch_id: str, rows: list[QuarantineRow]) -> None:
-        table = pa.Table.from_pylist([asdict(r) for r in rows], schema=SCHEMA)
-        sink = io.BytesIO()
-        pq.write_table(table, sink, compression="zstd")
-        self._storage.write_bytes(self._path(batch_id), sink.getvalue())
+                data = RawStore(self._storage).read(batch_id)
+            spans = line_spans(data)
+        rows = []
+        for r in rejects:
+            offset, length = _span(r, spans)
+            rows.append(QuarantineRow(batch_id=batch_id, line=r.line, offset=offset, length=length,
+                                      reason=r.reason.value, detail=safe_detail(r.reason.value, r.detail),
+                                      subject=subject_key(r.order_id) if r.order_id else None))
+        self._storage.write_bytes(self._path(batch_id), encode_rows(rows))
+        return len(rows)
 
     def has(self, batch_id: str) -> bool:
         return self._storage.exists(self._path(batch_id))
 
-    def rows(self, batch_id: str | None = None) -> pl.DataFrame:
-        paths = [self._path(batch_id)] if batch_id else [
-            o.path for o in self._storage.list(PREFIX, recursive=False) if o.path.endswith(".parquet")]
-        frames = [pl.DataFrame(pq.read_table(self._storage.open_input(p))) for p in paths
-                  if self._storage.exists(p)]
-        if not frames:
-            return pl.DataFrame(schema={f.name: pl.String() if f.type == pa.string() else pl.Int64()
-                                        for f in SCHEMA})
-        return pl.concat(frames).sort("batch_id", "line")
+    def paths(self) -> list[str]:
+        return [o.path for o in self._storage.list(PREFIX, recursive=False) if o.path.endswith(".parquet")
+                and not o.path.rsplit("/", 1)[-1].startswith(".")]
 
-    def scrub_subject(self, subject: str) -> int:
-        """Remove the raw text of every row of `subject` (a keyed hash); returns how many rows changed."""
-        changed = 0
-        for obj in self._storage.list(PREFIX, recursive=False):
-            if not obj.path.endswith(".parquet"):
+    def rows(self, batch_id: str | None = None) -> pl.DataFrame:
+        """The ledger's rows (of one batch, or all), sorted by batch and line, in the columns of SCHEMA.
+        A legacy file not migrated yet is read without its text column."""
+        paths = [self._path(batch_id)] if batch_id else self.paths()
+        frames = []
+        for p in paths:
+            if not self._storage.exists(p):
                 continue
-            table = pq.read_table(self._storage.open_input(obj.path))
-            rows = table.to_pylist()
-            hit = [r for r in rows if r["subject"] == subject and r["raw"] is not None]
-            if not hit:
-                continue
-            for r in hit:
-                r["raw"] = None
-            changed += len(hit)
-            batch_id = obj.path.rsplit("/", 1)[-1].removesuffix(".parquet")
-            self._write_rows(batch_id, [QuarantineRow(**r) for r in rows])
-        return changed
+            pf = pq.ParquetFile(self._storage.open_input(p))
+            frame = pl.DataFrame(pf.read(columns=[c for c in pf.schema_arrow.names if c in _POLARS]))
+            frames.append(frame.with_columns(
+                [pl.lit(None, dtype=t).alias(c) for c, t in _POLARS.items() if c not in frame.columns]
+            ).select(list(_POLARS)).cast(_POLARS))
+        if not frames:
+            return pl.DataFrame(schema=_POLARS)
+        return pl.concat(frames).sort("batch_id", "line")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any, BinaryIO
 
 from ..clock import iso
 from ..errors import DeltaReleaseError, InputError, NotFoundError
-from ..storage import Storage
+from ..faults import crash_point
+from ..storage import Storage, temp_name
 
 PREFIX = "_raw"
 
@@ -120,12 +120,13 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
     elif storage.is_local:
         final = storage.local_path(rel)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
+        tmp = final.parent / temp_name()  # host and pid in the name: the next writer sweeps a killed copy
         try:
             with open(path, "rb") as src, open(tmp, "wb") as out:
                 digest = _copy(src, out)
                 out.flush()
                 os.fsync(out.fileno())
+            crash_point("storage.after_temp:_raw")
             _check_same(digest, sha256, path)
             try:
                 os.link(tmp, final)  # write-once: fails if another writer stored the same name first

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from .. import _delta
 from ..apply import reference_fold
 from ..contract import decode_batch
@@ -18,6 +20,7 @@ from ..contract.decode import split_lines
 from ..views import current_rows
 
 if TYPE_CHECKING:
+    from ..commit.view import StagedSnapshot
     from ..lake import Lake
     from .config import ReleaseConfig
 
@@ -27,9 +30,15 @@ class RunContext:
     config: ReleaseConfig
     lake: Lake
     scratch: Path
-    candidate_version: int
+    candidate: StagedSnapshot  # the staged file set every check reads (nothing of it is committed yet)
+    recorded: dict[str, str]  # path -> sha256 the candidate's evidence records for the files it stages
+    batch_ids: set[str]  # the batches the candidate's rows come from: committed ones and the run's own
     reports: list[dict[str, Any]]
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"the candidate staged on version {self.candidate.parent}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,8 +77,7 @@ def check_amount_unit(ctx: RunContext) -> CheckResult:
         line = json.dumps(probe)[:-1] + f', "amount_cents": {text}}}'
         decoded = decode_batch(line.encode())
         seen[text] = "accepted" if decoded.accepted else decoded.rejects[0].reason.value
-    schema = _delta.arrow_schema(ctx.lake.table_uri("orders"), ctx.lake.options, ctx.candidate_version)
-    integer_column = str(schema.field("amount_cents").type) == "int64"
+    integer_column = ctx.candidate.scan().collect_schema().get("amount_cents") == pl.Int64
     ok = seen == cases and integer_column
     return CheckResult(name="amount_unit", passed=ok,
                        detail="amounts are integer cents; fractions, floats and strings are rejected" if ok
@@ -101,11 +109,11 @@ def recorded_checksums(lake: Lake, table: str) -> dict[str, str]:
 
 def check_checksums(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    recorded = recorded_checksums(lake, "orders")
+    recorded = {**recorded_checksums(lake, "orders"), **ctx.recorded}
     store = lake.table_storage("orders")
     files = []
     bad = []
-    for e in _delta.file_entries(lake.table_uri("orders"), lake.options, ctx.candidate_version):
+    for e in ctx.candidate.entries:
         expected = recorded.get(e.path)
         data = store.read_bytes(e.path) if store.exists(e.path) else None
         found = hashlib.sha256(data).hexdigest() if data is not None else None
@@ -114,16 +122,19 @@ def check_checksums(ctx: RunContext) -> CheckResult:
             bad.append({"path": e.path, "expected": expected, "found": found})
     ctx.evidence["files"] = files
     return CheckResult(name="checksums", passed=not bad,
-                       detail=f"{len(files)} files of version {ctx.candidate_version} match their recorded sha256"
+                       detail=f"{len(files)} files of {ctx.label} match their recorded sha256"
                        if not bad else f"{len(bad)} files differ from their recorded sha256",
                        evidence={"files_checked": len(files), "mismatches": bad})
 
 
-def _accepted_events(lake: Lake) -> list[dict[str, Any]]:
-    """Every accepted event of every retained raw batch, minus quarantined lines and erased subjects."""
+def _accepted_events(lake: Lake, batch_ids: set[str]) -> list[dict[str, Any]]:
+    """Every accepted event of the retained raw batches in `batch_ids` (those committed and the run's own;
+    a held run's batches are not part of any version), minus quarantined lines and erased subjects."""
     events: list[dict[str, Any]] = []
     erased = lake.erasures.erased_subjects()
     for batch in lake.raw.list():
+        if batch.batch_id not in batch_ids:
+            continue
         data = lake.raw.read(batch.batch_id)
         quarantined = set(lake.quarantine.rows(batch.batch_id)["line"].to_list())
         n = len(split_lines(data))
@@ -138,17 +149,16 @@ def _accepted_events(lake: Lake) -> list[dict[str, Any]]:
 
 def check_pinned_query(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    uri = lake.table_uri("orders")
-    frame = current_rows(_delta.scan(uri, lake.options, ctx.candidate_version), lake.table_def("orders")).collect()
+    frame = current_rows(ctx.candidate.scan(), lake.table_def("orders")).collect()
     got = {r["order_id"]: (r["amount_cents"], r["currency"], r["event_day"], r["position"]) for r in frame.to_dicts()}
     want = {k: (v["amount_cents"], v["currency"], v["event_day"], v["position"])
-            for k, v in reference_fold(_accepted_events(lake)).items()}
+            for k, v in reference_fold(_accepted_events(lake, ctx.batch_ids)).items()}
     diff = sorted(set(got.items()) ^ set(want.items()))
     return CheckResult(name="pinned_query", passed=not diff,
-                       detail=f"version {ctx.candidate_version} holds {len(got)} current orders, equal to the"
+                       detail=f"{ctx.label} holds {len(got)} current orders, equal to the"
                               " reference fold of every accepted event" if not diff
                        else f"{len(diff)} rows differ from the reference fold",
-                       evidence={"version": ctx.candidate_version, "rows": len(got), "differences": len(diff)})
+                       evidence={"parent": ctx.candidate.parent, "rows": len(got), "differences": len(diff)})
 
 
 def _drill_check(ctx: RunContext, name: str, run: Callable[[str], dict[str, Any]], ok_detail: str) -> CheckResult:
@@ -178,27 +188,34 @@ def check_audit(ctx: RunContext) -> CheckResult:
     from ..audit import audit_days
 
     a, b = ctx.config.audit.days
-    r = audit_days(ctx.lake, "orders", a, b, ctx.candidate_version, unpublished_ok=True)
+    r = audit_days(ctx.lake, "orders", a, b, staged=ctx.candidate)
     ctx.evidence["audit"] = r
     ok = r["fraction"] <= ctx.config.audit.max_fraction
     return CheckResult(name="audit_bytes", passed=ok,
                        detail=f"days {a}..{b} scan {r['bytes']['scanned']} of {r['bytes']['full_scan']} bytes "
                               f"({100 * r['fraction']:.1f}%, threshold {100 * ctx.config.audit.max_fraction:.0f}%)",
-                       evidence={"fraction": r["fraction"], "threshold": ctx.config.audit.max_fraction})
+                       evidence={"fraction": r["fraction"], "observed": r["fraction"],
+                                 "threshold": ctx.config.audit.max_fraction})
 
 
-def receive_manifest(lake: Lake, path: Path) -> Any:
+def receive_manifest(lake: Lake, path: Path, uploaded: list[str] | None = None) -> Any:
     """Take a producer's drop: the objects listed by the manifest, found beside it, uploaded into the table
-    under their immutable names (an existing name is never overwritten). Returns the parsed manifest."""
+    under their immutable names (an existing name is never overwritten). Returns the parsed manifest.
+    Creates no Delta log (a held run leaves every log as it was); names newly written go to `uploaded`."""
     from ..external.manifest import load_manifest
-    from ..external.producer import upload
-    from ..external.publish import ensure_table
 
     manifest = load_manifest(path, lake.tables)
-    ensure_table(lake, manifest.table)
     drop = path.parent
-    objects = {f.path: (drop / f.path).read_bytes() for f in manifest.files if (drop / f.path).is_file()}
-    upload(lake.table_storage(manifest.table), objects)
+    store = lake.table_storage(manifest.table)
+    for f in manifest.files:
+        if not (drop / f.path).is_file():
+            continue
+        data = (drop / f.path).read_bytes()
+        if store.write_once(f.path, data):
+            if uploaded is not None:
+                uploaded.append(f"{manifest.table}:{f.path}")
+        elif store.read_bytes(f.path) != data:
+            raise FileExistsError(f"immutable name {f.path} already holds other bytes")
     return manifest
 
 
@@ -212,9 +229,9 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
     reports = []
     ok = bool(ctx.config.manifests)
     for path in ctx.config.manifests:
-        manifest = receive_manifest(ctx.lake, path)
+        manifest = receive_manifest(ctx.lake, path, ctx.evidence.setdefault("uploaded", []))
         report = gate_manifest(ctx.lake, manifest).to_json()
-        ghost = ManifestFile(path=f"{manifest.directory}/never-written-{ctx.candidate_version}.parquet",
+        ghost = ManifestFile(path=f"{manifest.directory}/never-written-{ctx.candidate.parent}.parquet",
                              size_bytes=1, records=1, sha256="0" * 64)
         probe = gate_manifest(ctx.lake, replace(manifest, files=(*manifest.files, ghost))).to_json()
         live = (not probe["ok"]) and probe["missing"] == [ghost.path]
@@ -231,6 +248,143 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
                                                | {"ok": r["gate"]["ok"]} for r in reports]})
 
 
+# -- release thresholds (config `thresholds:`): observed value vs threshold, one check each ---------------
+
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def _current(lake: Lake, version: int | None) -> pl.DataFrame:
+    """order_id, event_day and position of the current rows (tombstones excluded) at `version`."""
+    if version is None:
+        return pl.DataFrame(schema={"order_id": pl.String, "event_day": pl.Int64, "position": pl.Int64})
+    return (_delta.scan(lake.table_uri("orders"), lake.options, version)
+            .filter(pl.col("deleted").not_()).select("order_id", "event_day", "position").collect())
+
+
+def _max_applied_position(lake: Lake, version: int | None) -> int | None:
+    if version is None:
+        return None
+    value = (_delta.scan(lake.table_uri("orders"), lake.options, version)
+             .select(pl.col("position").max()).collect().item())
+    return None if value is None else int(value)
+
+
+def _batch_events(lake: Lake, batch_id: str) -> pl.DataFrame:
+    """The accepted events of one retained raw batch (quarantined lines left out)."""
+    decoded = decode_batch(lake.raw.read(batch_id))
+    quarantined = lake.quarantine.rows(batch_id)["line"].to_list()
+    return decoded.events.filter(~pl.col("line").is_in(quarantined))
+
+
+def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
+    t = ctx.config.thresholds
+    per_batch = [{"batch_id": r["batch_id"], "extracted": r["extracted"], "quarantined": r["quarantined"],
+                  "share": round(_share(r["quarantined"], r["extracted"]), 4)} for r in ctx.reports]
+    over = [b for b in per_batch if b["share"] > t.rejected_per_batch]
+    # "mostly", weighted by lines: a tiny all-bad batch among large good ones does not hold the run by itself
+    lines = sum(b["extracted"] for b in per_batch)
+    within = _share(lines - sum(b["extracted"] for b in over), lines) if lines else 1.0
+    ctx.evidence["rejected_per_batch"] = per_batch
+    extracted = sum(r["extracted"] for r in ctx.reports)
+    quarantined = sum(r["quarantined"] for r in ctx.reports)
+    overall = _share(quarantined, extracted)
+    by_reason: dict[str, int] = {}
+    for r in ctx.reports:
+        for code, n in r["reasons"].items():
+            by_reason[code] = by_reason.get(code, 0) + n
+    reasons = {code: {"count": n, "observed": round(_share(n, extracted), 4),
+                      "threshold": t.rejected_by_reason.get(code, t.rejected_by_reason["default"])}
+               for code, n in sorted(by_reason.items())}
+    top_reason = max(reasons, key=lambda c: reasons[c]["observed"]) if reasons else ""
+    reasons_over = {c: v for c, v in reasons.items() if v["observed"] > v["threshold"]}
+    def pct(x: float) -> str:
+        return f"{x:.1%}"
+
+    return [
+        CheckResult(name="rejected_per_batch", passed=within >= t.rejected_mostly,
+                    detail=f"{pct(within)} of the run's lines are in batches that reject at most"
+                           f" {pct(t.rejected_per_batch)} of their lines; at least {pct(t.rejected_mostly)} must be"
+                           f" ({len(over)} of {len(per_batch)} batches over)"
+                           + ("; over: " + ", ".join(f"{b['batch_id']} {pct(b['share'])}" for b in over)
+                              if over else ""),
+                    evidence={"observed": round(within, 4), "threshold": t.rejected_mostly,
+                              "per_batch_limit": t.rejected_per_batch, "batches_over": over}),
+        CheckResult(name="rejected_overall", passed=overall <= t.rejected_overall,
+                    detail=f"{quarantined} of {extracted} lines rejected ({pct(overall)}, threshold"
+                           f" {pct(t.rejected_overall)})",
+                    evidence={"observed": round(overall, 4), "threshold": t.rejected_overall,
+                              "quarantined": quarantined, "extracted": extracted}),
+        CheckResult(name="rejected_by_reason", passed=not reasons_over,
+                    detail="every reason code within its limit" + (
+                        f" (highest {top_reason} {pct(reasons[top_reason]['observed'])})" if reasons else "")
+                    if not reasons_over else
+                    "over the limit: " + ", ".join(f"{c} {pct(v['observed'])} > {pct(v['threshold'])}"
+                                                   for c, v in reasons_over.items()),
+                    evidence={"observed": max((v["observed"] for v in reasons.values()), default=0.0),
+                              "threshold": t.rejected_by_reason["default"], "reasons": reasons}),
+    ]
+
+
+def _event_checks(ctx: RunContext) -> list[CheckResult]:
+    t = ctx.config.thresholds
+    lake = ctx.lake
+    parent = ctx.candidate.parent
+    running = _max_applied_position(lake, parent)
+    before = _current(lake, parent)
+    newest = before["event_day"].max() if before.height else None  # newest event_day applied so far
+    late = accepted = stale = upserts = 0
+    for r in ctx.reports:
+        if r.get("duplicate"):
+            continue
+        events = _batch_events(lake, r["batch_id"])
+        accepted += events.height
+        if running is not None:
+            late += events.filter(pl.col("position") < running).height
+        top = events["position"].max()
+        if top is not None:
+            running = int(top) if running is None else max(running, int(top))  # type: ignore[arg-type]
+        ups = events.filter(pl.col("kind") == "upsert")
+        upserts += ups.height
+        if newest is not None:
+            stale += ups.filter(pl.col("event_day") < int(newest) - t.stale_days).height  # type: ignore[arg-type]
+        day = ups["event_day"].max()
+        if day is not None:
+            newest = day if newest is None else max(newest, day)
+    after = (ctx.candidate.scan().filter(pl.col("deleted").not_())  # the staged candidate, not yet committed
+             .select("order_id", "event_day", "position").collect())
+    moved_frame = before.join(after, on="order_id", suffix="_after").filter(
+        pl.col("event_day").ne_missing(pl.col("event_day_after")))
+    moved = moved_frame.height
+    late_share, stale_share = _share(late, accepted), _share(stale, upserts)
+    moved_share = _share(moved, before.height)
+    def pct(x: float) -> str:
+        return f"{x:.1%}"
+
+    return [
+        CheckResult(name="late_events", passed=late_share <= t.late_events,
+                    detail=f"{late} of {accepted} accepted events ({pct(late_share)}) have a position below the"
+                           f" table's max applied position (threshold {pct(t.late_events)})",
+                    evidence={"observed": round(late_share, 4), "threshold": t.late_events, "late": late,
+                              "accepted": accepted, "parent_version": parent}),
+        CheckResult(name="stale_events", passed=stale_share <= t.stale_events,
+                    detail=f"{stale} of {upserts} upserts ({pct(stale_share)}) are for an event_day more than"
+                           f" {t.stale_days} days before the newest already applied (threshold {pct(t.stale_events)})",
+                    evidence={"observed": round(stale_share, 4), "threshold": t.stale_events, "stale": stale,
+                              "upserts": upserts, "newest_event_day": None if newest is None else int(newest),  # type: ignore[arg-type]
+                              "older_than_days": t.stale_days}),
+        CheckResult(name="moved_orders", passed=moved_share <= t.moved_orders,
+                    detail=f"{moved} of {before.height} orders of version {parent} ({pct(moved_share)}) move to"
+                           f" another event_day (threshold {pct(t.moved_orders)})",
+                    evidence={"observed": round(moved_share, 4), "threshold": t.moved_orders, "moved": moved,
+                              "orders_before": before.height}),
+    ]
+
+
+def check_thresholds(ctx: RunContext) -> list[CheckResult]:
+    return _rejected_checks(ctx) + _event_checks(ctx)
+
+
 CHECKS: dict[str, Callable[[RunContext], list[CheckResult]]] = {
     "schema_fixtures": lambda ctx: [check_schema_fixture(ctx, 2), check_schema_fixture(ctx, 3)],
     "amount_unit": lambda ctx: [check_amount_unit(ctx)],
@@ -241,8 +395,12 @@ CHECKS: dict[str, Callable[[RunContext], list[CheckResult]]] = {
     "erasure_drill": lambda ctx: [check_erasure_drill(ctx)],
     "audit": lambda ctx: [check_audit(ctx)],
     "freshness_gate": lambda ctx: [check_freshness_gate(ctx)],
+    "thresholds": check_thresholds,
 }
-CHECK_RESULT_NAMES = {"schema_fixtures": ["schema_fixture_v2", "schema_fixture_v3"], "audit": ["audit_bytes"]}
+THRESHOLD_CHECKS = ["rejected_per_batch", "rejected_overall", "rejected_by_reason", "late_events", "stale_events",
+                    "moved_orders"]
+CHECK_RESULT_NAMES = {"schema_fixtures": ["schema_fixture_v2", "schema_fixture_v3"], "audit": ["audit_bytes"],
+                      "thresholds": THRESHOLD_CHECKS}
 
 
 def run_check(name: str, ctx: RunContext) -> list[CheckResult]:

@@ -7,6 +7,7 @@ when the run starts and is never copied into the packet, the report or a log.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -16,12 +17,14 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, REPLAY_HORIZON_DAYS, RETAIN_VERSIONS
 
 _ENV_REF = re.compile(r"^\$\{([A-Z_][A-Z0-9_]*)\}$")
 
 
 class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type stubs
-    """Safe YAML that refuses duplicate keys and aliases (no alias bombs, no python tags)."""
+    """Safe YAML that refuses aliases (no alias bombs, no python tags). Duplicate keys and oversized numbers
+    are caught on the composed node tree (`_check_nodes`), where the dotted key is known."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -31,24 +34,65 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no t
         return super().compose_node(parent, index)
 
 
-def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
-                              file=loader.name, key=str(key))
-        seen.add(key)
-    return dict(loader.construct_mapping(node, deep=deep))
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_MAX_NUMBER_CHARS = 40  # far beyond any sensible day count or share; int() of 5,000 digits is refused by Python
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+def _check_nodes(node: Any, file: str, prefix: str) -> None:
+    """Walk the composed YAML: duplicate keys, and numbers too long to be meant, name their dotted key."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            dotted = f"{prefix}.{key}" if prefix else key
+            if key in seen:
+                raise ConfigError(f"{file}: duplicate key {dotted!r} (line {key_node.start_mark.line + 1})",
+                                  file=file, key=dotted)
+            seen.add(key)
+            _check_nodes(value_node, file, dotted)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_nodes(item, file, f"{prefix}[{i}]")
+    elif isinstance(node, yaml.ScalarNode) and node.tag in (_INT_TAG, _FLOAT_TAG) \
+            and len(str(node.value)) > _MAX_NUMBER_CHARS:
+        raise ConfigError(f"{file}: {prefix} is a number of {len(str(node.value))} characters (line "
+                          f"{node.start_mark.line + 1}); at most {_MAX_NUMBER_CHARS}", file=file, key=prefix)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditCheck:
     days: tuple[int, int]
     max_fraction: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """Release thresholds (config `thresholds:`); every share is in [0, 1]. See THRESHOLD_DEFAULTS."""
+
+    rejected_per_batch: float
+    rejected_mostly: float
+    rejected_overall: float
+    rejected_by_reason: dict[str, float]
+    late_events: float
+    stale_days: int
+    stale_events: float
+    moved_orders: float
+
+
+# Defaults chosen so the demo ships and a batch of 95 garbage lines + 5 good ones holds (tests pin both).
+THRESHOLD_DEFAULTS: dict[str, Any] = {
+    "rejected.per_batch": 0.50,  # a batch whose quarantined/extracted share is above this is "over"
+    "rejected.mostly": 0.75,     # at least this share of the run's lines must be in batches not "over"
+    "rejected.overall": 0.20,    # quarantined/extracted over all the run's batches
+    "rejected.by_reason.default": 0.05,  # per reason code, share of the run's extracted lines
+    "late_events.max_share": 0.10,  # accepted events whose position is below the table's max applied position
+    "stale_events.older_than_days": 30,  # upserts whose event_day is this many days before the newest event_day
+    "stale_events.max_share": 0.10,
+    "moved_orders.max_share": 0.05,  # orders the run moves to another event_day, share of the parent's orders
+}
+
+Num = (int, float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,40 +104,58 @@ class ReleaseConfig:
     sources: list[Path]
     manifests: list[Path]
     window_days: int
-    raw_retention_days: int
-    backup_expiry_days: int
-    replay_horizon_days: int
+    raw_retention_days: float
+    backup_expiry_days: float
+    replay_horizon_days: float
     retained_snapshots: int
     schema_fixtures: dict[int, Path]
     audit: AuditCheck
+    thresholds: Thresholds
     checks: list[str]
     packet_dir: Path
+    digest: str = ""
+    lake_from: str = "config"
     secret_names: list[str] = field(default_factory=list)
     create_lake: bool = False  # lake.create: the run may create a lake at lake.uri (default: refuse)
 
 
-# the schema: key -> type (or nested dict); lists are (list, item type)
+# the schema: key -> type (or nested dict); lists are (list, item type); "*" means any key
 _SCHEMA: dict[str, Any] = {
     "lake": {"uri": str, "storage_options": dict, "create": bool},
     "tables": (list, str),
     "sources": {"batches": (list, str), "manifests": (list, str)},
     "release": {"window_days": int},
-    "retention": {"raw_days": int, "backup_days": int, "replay_horizon_days": int, "retained_snapshots": int},
+    "retention": {"raw_days": Num, "backup_days": Num, "replay_horizon_days": Num, "retained_snapshots": int},
     "checks": {
         "schema_fixtures": {"v2": str, "v3": str},
         "amount_unit": bool, "reconciliation": bool, "checksums": bool, "pinned_query": bool,
-        "conflict_drill": bool, "erasure_drill": bool, "freshness_gate": bool,
+        "conflict_drill": bool, "erasure_drill": bool, "freshness_gate": bool, "thresholds": bool,
         "audit": {"days": str, "max_fraction": float},
+    },
+    "thresholds": {
+        "rejected": {"per_batch": float, "mostly": float, "overall": float, "by_reason": {"*": float}},
+        "late_events": {"max_share": float},
+        "stale_events": {"older_than_days": int, "max_share": float},
+        "moved_orders": {"max_share": float},
     },
     "packet": {"directory": str},
 }
 CHECK_NAMES = ["schema_fixtures", "amount_unit", "reconciliation", "checksums", "pinned_query",
-               "conflict_drill", "erasure_drill", "audit", "freshness_gate"]
+               "conflict_drill", "erasure_drill", "audit", "freshness_gate", "thresholds"]
+_DEFAULT_ON = ("schema_fixtures", "audit", "thresholds")
 
 
 def _type_name(t: Any) -> str:
+    if t is Num:
+        return "a number"
     return {str: "a string", int: "an integer", float: "a number", bool: "true or false",
             dict: "a mapping", list: "a list"}.get(t, str(t))
+
+
+def _hint(schema: Any, doc: Any) -> str:
+    if schema is str and isinstance(doc, int) and not isinstance(doc, bool):
+        return " (YAML reads an unquoted 10:11 as the base-60 number 611: quote it, \"10:11\")"
+    return ""
 
 
 def _validate(doc: Any, schema: Any, file: str, prefix: str) -> None:
@@ -102,22 +164,26 @@ def _validate(doc: Any, schema: Any, file: str, prefix: str) -> None:
             raise ConfigError(f"{file}: {prefix or 'the document'} must be a mapping", file=file, key=prefix or None)
         for key, value in doc.items():
             dotted = f"{prefix}.{key}" if prefix else str(key)
-            if key not in schema:
+            if key not in schema and "*" not in schema:
                 raise ConfigError(f"{file}: unknown key {dotted!r}", file=file, key=dotted)
-            _validate(value, schema[key], file, dotted)
+            _validate(value, schema.get(key, schema.get("*")), file, dotted)
         return
-    if isinstance(schema, tuple):
+    if isinstance(schema, tuple) and schema and schema[0] is list:
         if not isinstance(doc, list):
             raise ConfigError(f"{file}: {prefix} must be a list", file=file, key=prefix)
         for i, item in enumerate(doc):
             _validate(item, schema[1], file, f"{prefix}[{i}]")
         return
-    ok = isinstance(doc, schema) and not (schema in (int, float) and isinstance(doc, bool))
-    if schema is float and isinstance(doc, int) and not isinstance(doc, bool):
-        ok = True
+    numeric = schema in (int, float, Num)
+    if numeric:
+        ok = isinstance(doc, (int, float)) and not isinstance(doc, bool) and (schema is not int or isinstance(doc, int))
+    else:
+        ok = isinstance(doc, schema)
     if not ok:
-        raise ConfigError(f"{file}: {prefix} must be {_type_name(schema)}, got {type(doc).__name__}",
-                          file=file, key=prefix)
+        raise ConfigError(f"{file}: {prefix} must be {_type_name(schema)}, got {type(doc).__name__}"
+                          f"{_hint(schema, doc)}", file=file, key=prefix)
+    if numeric and not math.isfinite(doc):
+        raise ConfigError(f"{file}: {prefix} must be a finite number, got {doc}", file=file, key=prefix)
 
 
 def _require(doc: dict[str, Any], dotted: str, file: str) -> Any:
@@ -127,6 +193,22 @@ def _require(doc: dict[str, Any], dotted: str, file: str) -> Any:
             raise ConfigError(f"{file}: missing key {dotted!r}", file=file, key=dotted)
         node = node[part]
     return node
+
+
+def _get(doc: dict[str, Any], dotted: str, default: Any) -> Any:
+    node: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node or node[part] is None:
+            return default
+        node = node[part]
+    return node
+
+
+def _in_range(value: Any, dotted: str, file: str, low: float, high: float | None = None) -> Any:
+    if value < low or (high is not None and value > high):
+        span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise ConfigError(f"{file}: {dotted} must be {span}, got {value}", file=file, key=dotted)
+    return value
 
 
 def _resolve_options(options: dict[str, Any], file: str) -> tuple[dict[str, str], list[str]]:
@@ -152,22 +234,67 @@ def _resolve_options(options: dict[str, Any], file: str) -> tuple[dict[str, str]
     return out, secrets
 
 
-def load_release_config(path: str | os.PathLike[str]) -> ReleaseConfig:
-    p = Path(path)
-    file = str(p)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {file}", file=file)
+def _read_yaml(p: Path, file: str) -> Any:
     try:
-        loader = _StrictLoader(p.read_text(encoding="utf-8"))
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read the config: {exc.strerror}", file=file) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{file}: not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+                          f" (line {line})", file=file) from None
+    try:
+        loader = _StrictLoader(text)
         loader.name = file
         try:
-            doc = loader.get_single_data()
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_nodes(node, file, "")
+            return loader.construct_document(node)
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError(f"{file}: not valid safe YAML{where}: {getattr(exc, 'problem', exc)}", file=file) from None
+
+
+def _lake_uri(uri: str, rel: Any, file: str) -> str:
+    if "://" not in uri:
+        if not uri.strip():
+            raise ConfigError(f"{file}: lake.uri is empty", file=file, key="lake.uri")
+        return str(rel(uri))
+    scheme, _, rest = uri.partition("://")
+    if scheme != "s3":
+        raise ConfigError(f"{file}: lake.uri scheme {scheme!r} is not supported (a local path or s3://bucket/prefix)",
+                          file=file, key="lake.uri")
+    if not rest.split("/", 1)[0].strip():
+        raise ConfigError(f"{file}: lake.uri {uri!r} names no bucket: write s3://bucket/prefix", file=file,
+                          key="lake.uri")
+    return uri
+
+
+def _source_file(path: Path, dotted: str, file: str) -> Path:
+    if not path.exists():
+        raise ConfigError(f"{file}: {dotted}: file not found: {path}", file=file, key=dotted)
+    if not path.is_file():
+        raise ConfigError(f"{file}: {dotted}: not a file: {path}", file=file, key=dotted)
+    return path
+
+
+def load_release_config(path: str | os.PathLike[str], *, lake_override: str | None = None) -> ReleaseConfig:
+    """Load and validate the whole config before any work: a ConfigError (exit 2) names the file and the
+    dotted key. `lake_override` (the CLI's `run --lake`) replaces `lake.uri`."""
+    p = Path(path)
+    file = str(p)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {file}", file=file)
+    if not p.is_file():
+        raise ConfigError(f"config is not a file: {file}", file=file)
+    doc = _read_yaml(p, file)
     _validate(doc, _SCHEMA, file, "")
     base = p.resolve().parent
 
@@ -175,31 +302,84 @@ def load_release_config(path: str | os.PathLike[str]) -> ReleaseConfig:
         q = Path(value)
         return q if q.is_absolute() else (base / q).resolve()
 
-    uri = _require(doc, "lake.uri", file)
-    lake_uri = uri if "://" in uri else str(rel(uri))
+    lake_uri = _lake_uri(_require(doc, "lake.uri", file), rel, file)
+    if lake_override is not None:
+        lake_uri = lake_override if "://" in lake_override else str(Path(lake_override).resolve())
+        _lake_uri(lake_uri, rel, f"--lake {lake_override}")
     options, secret_names = _resolve_options(doc["lake"].get("storage_options", {}) or {}, file)
     checks = doc.get("checks", {})
-    enabled = [c for c in CHECK_NAMES if checks.get(c, c in ("schema_fixtures", "audit")) not in (False, None)]
+    enabled = [c for c in CHECK_NAMES if checks.get(c, c in _DEFAULT_ON) not in (False, None)]
     fixtures = _require(doc, "checks.schema_fixtures", file)
     _require(doc, "checks.audit", file)
     from ..audit import parse_days
 
+    days_spec = _require(doc, "checks.audit.days", file)
     try:
-        days = parse_days(_require(doc, "checks.audit.days", file))
+        days = parse_days(days_spec)
     except Exception:
-        raise ConfigError(f"{file}: checks.audit.days must look like A:B", file=file, key="checks.audit.days") from None
+        raise ConfigError(f"{file}: checks.audit.days must look like A:B with 0 <= A <= B, got {days_spec!r}",
+                          file=file, key="checks.audit.days") from None
+    batches = _require(doc, "sources.batches", file)
+    if not batches:
+        raise ConfigError(f"{file}: sources.batches is empty: name at least one batch", file=file,
+                          key="sources.batches")
+    sources = [_source_file(rel(s), f"sources.batches[{i}]", file) for i, s in enumerate(batches)]
+    manifests = [_source_file(rel(s), f"sources.manifests[{i}]", file)
+                 for i, s in enumerate(doc["sources"].get("manifests", []) or [])]
+    schema_fixtures = {v: _source_file(rel(fixtures[f"v{v}"]), f"checks.schema_fixtures.v{v}", file)
+                       for v in (2, 3) if f"v{v}" in fixtures}
+    if "schema_fixtures" in enabled and len(schema_fixtures) < 2:
+        raise ConfigError(f"{file}: checks.schema_fixtures needs v2 and v3", file=file, key="checks.schema_fixtures")
+    packet_dir = rel(_require(doc, "packet.directory", file))
+    if packet_dir.exists() and not packet_dir.is_dir():
+        raise ConfigError(f"{file}: packet.directory is not a directory: {packet_dir}", file=file,
+                          key="packet.directory")
+
+    def share(dotted: str) -> float:
+        default = THRESHOLD_DEFAULTS.get(dotted, THRESHOLD_DEFAULTS["rejected.by_reason.default"])
+        return float(_in_range(_get(doc, f"thresholds.{dotted}", default),
+                               f"thresholds.{dotted}", file, 0.0, 1.0))
+
+    from ..contract.reasons import Reason
+
+    codes = {r.value for r in Reason}
+    # erased_subject lines are the erasure working, not bad data: unlimited unless the config says otherwise
+    by_reason: dict[str, float] = {"default": share("rejected.by_reason.default"), "erased_subject": 1.0}
+    for code in (_get(doc, "thresholds.rejected.by_reason", {}) or {}):
+        if code != "default" and code not in codes:
+            raise ConfigError(f"{file}: thresholds.rejected.by_reason.{code}: unknown reason code (one of "
+                              f"{', '.join(sorted(codes))}, or default)", file=file,
+                              key=f"thresholds.rejected.by_reason.{code}")
+        by_reason[code] = share(f"rejected.by_reason.{code}")
+    thresholds = Thresholds(
+        rejected_per_batch=share("rejected.per_batch"), rejected_mostly=share("rejected.mostly"),
+        rejected_overall=share("rejected.overall"), rejected_by_reason=by_reason,
+        late_events=share("late_events.max_share"),
+        stale_days=int(_in_range(_get(doc, "thresholds.stale_events.older_than_days",
+                                      THRESHOLD_DEFAULTS["stale_events.older_than_days"]),
+                                 "thresholds.stale_events.older_than_days", file, 0)),
+        stale_events=share("stale_events.max_share"), moved_orders=share("moved_orders.max_share"))
+
+    def count(dotted: str, default: Any, low: float = 0) -> Any:
+        return _in_range(_get(doc, dotted, default), dotted, file, low)
+
+    import hashlib
+
     return ReleaseConfig(
         path=p, lake_uri=lake_uri, storage_options=options,
         tables=list(doc.get("tables", ["orders"])),
-        sources=[rel(s) for s in _require(doc, "sources.batches", file)],
-        manifests=[rel(s) for s in doc["sources"].get("manifests", [])],
-        window_days=_require(doc, "release.window_days", file),
-        raw_retention_days=_require(doc, "retention.raw_days", file),
-        backup_expiry_days=_require(doc, "retention.backup_days", file),
-        replay_horizon_days=_require(doc, "retention.replay_horizon_days", file),
-        retained_snapshots=_require(doc, "retention.retained_snapshots", file),
-        schema_fixtures={2: rel(fixtures["v2"]), 3: rel(fixtures["v3"])},
-        audit=AuditCheck(days=days, max_fraction=float(_require(doc, "checks.audit.max_fraction", file))),
-        checks=enabled, packet_dir=rel(_require(doc, "packet.directory", file)), secret_names=secret_names,
+        sources=sources, manifests=manifests,
+        window_days=_in_range(_require(doc, "release.window_days", file), "release.window_days", file, 1),
+        raw_retention_days=float(count("retention.raw_days", RAW_RETENTION_DAYS)),
+        backup_expiry_days=float(count("retention.backup_days", BACKUP_EXPIRY_DAYS)),
+        replay_horizon_days=float(count("retention.replay_horizon_days", REPLAY_HORIZON_DAYS)),
+        retained_snapshots=int(count("retention.retained_snapshots", RETAIN_VERSIONS, 1)),
+        schema_fixtures=schema_fixtures,
+        audit=AuditCheck(days=days, max_fraction=float(_in_range(_require(doc, "checks.audit.max_fraction", file),
+                                                                 "checks.audit.max_fraction", file, 0.0, 1.0))),
+        thresholds=thresholds,
+        checks=enabled, packet_dir=packet_dir, secret_names=secret_names,
+        digest=hashlib.sha256(p.read_bytes()).hexdigest(),
+        lake_from="config" if lake_override is None else "--lake",
         create_lake=bool(doc["lake"].get("create", False)),
     )

@@ -31,24 +31,103 @@ def write_packet(packet: dict[str, Any], directory: Path) -> tuple[Path, str]:
     return path, digest
 
 
-def rollback_plan(lake: Lake, *, previous_version: int | None) -> dict[str, Any]:
-    """Where readers go if this release must be rolled back: the previous allowed snapshot, else forward."""
+def _orders_at(lake: Lake, version: int) -> int | None:
+    """How many current orders (tombstones excluded) `version` holds; None when it cannot be read."""
+    import polars as pl
+
+    try:
+        return int(_delta.scan(lake.table_uri("orders"), lake.options, version)
+                   .filter(pl.col("deleted").not_()).select(pl.len()).collect().item())
+    except Exception:  # noqa: BLE001 - a vacuumed version: the plan says it cannot be read
+        return None
+
+
+def _lake_arg(lake_uri: str) -> str:
+    import shlex
+
+    return f"--lake {shlex.quote(lake_uri)}"
+
+
+def rollback_plan(lake: Lake, *, lake_uri: str, published: Any, shipped: bool) -> dict[str, Any]:
+    """What to do if the published release must be withdrawn: restore the newest earlier publication that is
+    allowed (holds no erased subject), saying what it holds; never the current version; else repair forward.
+    `published`: the catalog's publication after the run; `shipped`: whether this run published it."""
     from ..erasure.permission import snapshot_allowed
 
-    if previous_version is None:
-        return {"mode": "none", "previous_allowed_snapshot": None, "reason": "no earlier published snapshot"}
+    if published is None:
+        return {"mode": "none", "target": None, "command": None,
+                "reason": "nothing is published yet; there is nothing to roll back"}
+    current = int(published.version)
+    now_orders = _orders_at(lake, current)
+    base: dict[str, Any] = {"current": {"version": current, "generation": published.generation, "orders": now_orders}}
+    if not shipped:
+        base["note"] = (f"this run published nothing: readers still get version {current} (generation "
+                        f"{published.generation}); the plan below withdraws that publication")
     for pub in reversed(lake.catalog.publications("orders")):
-        if pub.version > previous_version:
+        if pub.version >= current:
             continue
+        orders = _orders_at(lake, pub.version)
+        if orders is None:
+            continue
+        holds = ("the empty table (0 orders): rolling back withdraws every order" if orders == 0 else
+                 f"{orders:,} orders (now {now_orders:,})" if now_orders is not None else f"{orders:,} orders")
         if snapshot_allowed(lake, "orders", pub.version):
-            mode = "restore" if pub.version == previous_version else "restore-older"
-            return {"mode": mode, "previous_allowed_snapshot": {"version": pub.version, "generation": pub.generation},
-                    "command": f"delta-release rollback --to {pub.version}",
-                    "reason": "holds no erased subject"}
-        return {"mode": "repair-forward", "previous_allowed_snapshot": None,
-                "command": f"delta-release rollback --to {pub.version} --repair-forward",
-                "reason": f"version {pub.version} would expose an erased subject"}
-    return {"mode": "none", "previous_allowed_snapshot": None, "reason": "no earlier published snapshot"}
+            return {**base, "mode": "restore", "target": {"version": pub.version, "generation": pub.generation,
+                                                          "orders": orders, "holds": holds},
+                    "command": f"delta-release {_lake_arg(lake_uri)} rollback --to {pub.version}",
+                    "reason": f"version {pub.version} (generation {pub.generation}) is the newest earlier publication"
+                              f" and holds no erased subject; it holds {holds}",
+                    "previous_allowed_snapshot": {"version": pub.version, "generation": pub.generation}}
+        return {**base, "mode": "repair-forward", "target": {"version": pub.version, "generation": pub.generation,
+                                                             "orders": orders, "holds": holds},
+                "command": f"delta-release {_lake_arg(lake_uri)} rollback --to {pub.version} --repair-forward",
+                "reason": f"version {pub.version} would expose an erased subject: the repair commits its content"
+                          " without every erased subject", "previous_allowed_snapshot": None}
+    return {**base, "mode": "none", "target": None, "command": None,
+            "reason": f"no earlier readable publication than version {current}"}
+
+
+_HINTS = {
+    "rejected_per_batch": "the quarantine ledger lists each rejected line with its reason and raw offset; fix the"
+                          " producer or the batch, then run again",
+    "rejected_overall": "too many lines were rejected overall; see the counts by reason below",
+    "rejected_by_reason": "one reason code dominates; see the counts by reason below",
+    "late_events": "events arrived with positions below what the table already applied (out-of-order producer"
+                   " or a replayed feed)",
+    "stale_events": "upserts for event days far older than the newest: a backfill? raise"
+                    " thresholds.stale_events in the config if intended",
+    "moved_orders": "many orders changed event_day: check the producer's day assignment",
+    "audit_bytes": "the audit query scans too much: check partitioning and file statistics",
+    "checksums": "a data file differs from its recorded sha256: do not ship; investigate storage",
+    "pinned_query": "the candidate differs from the reference fold of the accepted events",
+}
+
+
+def next_steps(packet: dict[str, Any], config: ReleaseConfig) -> list[dict[str, str]]:
+    """Copy-paste commands for the release manager, each with `--lake`."""
+    import shlex
+
+    lake = _lake_arg(packet["lake"])
+    cfg = shlex.quote(str(config.path))
+    steps: list[dict[str, str]] = []
+    if packet["decision"] == "hold":
+        for name in packet["failed_checks"]:
+            steps.append({"what": f"{name} failed: {_HINTS.get(name, 'see the check evidence in the packet')}",
+                          "command": ""})
+        steps.append({"what": "see what is committed but not published, and the last run",
+                      "command": f"delta-release {lake} status"})
+        steps.append({"what": "after fixing the sources (or the thresholds, if the data is right), run again",
+                      "command": f"delta-release {lake} run {cfg}"})
+    else:
+        snap = packet["snapshot"]
+        steps.append({"what": f"check what readers now get (version {snap['version']})",
+                      "command": f"delta-release {lake} read --table orders"})
+        steps.append({"what": "see the lake's state", "command": f"delta-release {lake} status"})
+        plan = packet["rollback_plan"]
+        if plan.get("command"):
+            steps.append({"what": f"if this release must be withdrawn: {plan['reason']}", "command": plan["command"]})
+    steps.append({"what": "see what vacuum would remove (a dry run)", "command": f"delta-release {lake} vacuum"})
+    return steps
 
 
 def cost(lake: Lake, config: ReleaseConfig, version: int) -> dict[str, Any]:

@@ -1,69 +1,260 @@
-"""The report a person reads: one self-contained HTML page with inline SVG charts."""
+"""The report a release manager acts on: one self-contained HTML page (inline SVG, no scripts, no network).
+
+Order: the decision and why, what to do next (copy-paste commands with --lake), the checks with observed
+value vs threshold, charts with the thresholds drawn on them, counts, the rollback plan (what the target
+holds), cost, pending evidence, and where it came from (tool version, lake, config digest). `render_index`
+writes `index.html` in the packet directory: every past run, newest first.
+"""
 
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 
+from ..progress import human_bytes
 
-def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: str) -> str:
-    width, row, left = 640, 34, 190
-    top = max((v for _, v in bars), default=0.0) or 1.0
-    height = 40 + row * len(bars)
-    parts = [f'<svg id="{chart_id}" role="img" aria-label="{html.escape(title)}" xmlns="http://www.w3.org/2000/svg" '
+SECTIONS = ("decision", "next-steps", "checks", "charts", "counts", "rollback", "cost", "pending", "about")
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0} td,th{padding:4px 10px;text-align:left;border-bottom:1px solid #ddd;
+vertical-align:top} th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#196619;font-weight:bold} .fail{color:#a11;font-weight:bold}
+.banner{padding:12px 16px;border-radius:6px;margin-bottom:1em} .banner.ship{background:#e3f4e3;border:1px solid #196619}
+.banner.hold{background:#fbe5e5;border:1px solid #a11} .banner h1{margin:0 0 .3em 0}
+pre.cmd{background:#f4f4f4;padding:6px 10px;border-left:3px solid #3b6ea5;overflow-x:auto;margin:.2em 0 .8em 0}
+code{background:#eee;padding:1px 4px} .muted{color:#666} svg text{font-family:system-ui,sans-serif}"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.1f}%"
+
+
+def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: str, *,
+              threshold: float | None = None, threshold_label: str = "threshold",
+              fmt: Any = None, judged: int | None = None) -> str:
+    """Horizontal bars; a dashed red line marks the threshold, bars beyond it are red."""
+    fmt = fmt or (lambda v: f"{v:,.3f} {unit}" if unit == "ms" else f"{v:,.0f} {unit}")
+    width, row, left, right = 760, 30, 230, 150
+    top = max([v for _, v in bars] + ([threshold] if threshold is not None else []), default=0.0) or 1.0
+    span = width - left - right
+    height = 52 + row * len(bars)
+    parts = [f'<svg id="{chart_id}" role="img" aria-label="{_e(title)}" xmlns="http://www.w3.org/2000/svg" '
              f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-             f'<text x="0" y="18" font-size="14" font-weight="bold">{html.escape(title)}</text>']
+             f'<text x="0" y="18" font-size="14" font-weight="bold">{_e(title)}</text>']
     for i, (label, value) in enumerate(bars):
         y = 30 + i * row
-        w = max(1.0, (width - left - 120) * value / top)
-        parts.append(f'<text x="0" y="{y + 17}" font-size="12">{html.escape(label)}</text>')
-        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="22" fill="#3b6ea5"/>')
-        parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 17}" font-size="12">{value:,.3f} {unit}</text>'
-                     if unit == "ms" else
-                     f'<text x="{left + w + 6:.1f}" y="{y + 17}" font-size="12">{value:,.0f} {unit}</text>')
+        w = max(1.0, span * value / top)
+        over = threshold is not None and value > threshold and judged in (None, i)
+        parts.append(f'<text x="0" y="{y + 16}" font-size="12">{_e(label)}</text>')
+        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="20" fill="{"#c0392b" if over else "#3b6ea5"}">'
+                     f'<title>{_e(label)}: {_e(fmt(value))}</title></rect>')
+        parts.append(f'<text x="{left + w + 6:.1f}" y="{y + 15}" font-size="12">{_e(fmt(value))}</text>')
+    if threshold is not None:
+        x = left + span * threshold / top
+        bottom = 30 + row * len(bars)
+        parts.append(f'<line class="threshold" x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{bottom}" stroke="#a11" '
+                     'stroke-width="2" stroke-dasharray="5,3"/>')
+        parts.append(f'<text x="{x:.1f}" y="{bottom + 16}" font-size="11" fill="#a11" text-anchor="middle">'
+                     f'{_e(threshold_label)}: {_e(fmt(threshold))}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
 
 
-def render_report(packet: dict[str, Any], digest: str, path: Path) -> Path:
+def _table(columns: list[str], rows: list[list[Any]], *, numeric: set[int] | None = None, table_id: str = "") -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f'<td class="num">{_e(v)}</td>' if i in numeric else f"<td>{v}</td>"
+                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f'<table{f" id={chr(34)}{table_id}{chr(34)}" if table_id else ""}><tr>{head}</tr>{body}</table>'
+
+
+def _observed(c: dict[str, Any]) -> tuple[str, str]:
+    obs, thr = c.get("observed"), c.get("threshold")
+    if obs is None and thr is None:
+        return "", ""
+    return _pct(obs), _pct(thr)
+
+
+def _decision(packet: dict[str, Any]) -> str:
     snap = packet["snapshot"]
+    decision = packet["decision"]
+    if decision == "ship":
+        head = "SHIP"
+        lines = [f"Published orders version <b>{_e(snap['version'])}</b> as catalog generation "
+                 f"<b>{_e(snap['generation'])}</b>. Every check passed."]
+    else:
+        head = "HOLD"
+        pub = snap.get("published_version")
+        lines = ["Held because " + "; ".join(f"<b>{_e(r.split(':', 1)[0])}</b>:{_e(r.split(':', 1)[1])}"
+                                            for r in packet.get("reasons", [])) + "."]
+        candidate = (f"The candidate was version {_e(snap['version'])}." if snap.get("version") is not None else
+                     f"The candidate, staged on version {_e(snap.get('parent'))}, was discarded: nothing was"
+                     " committed.")
+        lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b> (generation "
+                     f"<b>{_e(snap.get('published_generation'))}</b>). {candidate}")
+    version = snap["version"] if snap.get("version") is not None else "none (not committed)"
+    snapshot = (f'<p id="snapshot">Snapshot: table <code>{_e(snap["table"])}</code>, Delta version'
+                f' <code>{_e(version)}</code>, catalog generation'
+                f' <code>{_e(snap["generation"] if snap["generation"] is not None else "none (not published)")}'
+                "</code>.</p>")
+    return (f'<section id="decision" class="banner {decision}"><h1>Release decision: {head}</h1>'
+            + "".join(f"<p>{line}</p>" for line in lines) + snapshot + "</section>")
+
+
+def _next_steps(packet: dict[str, Any]) -> str:
+    items = []
+    for s in packet.get("next_steps", []):
+        cmd = f'<pre class="cmd">{_e(s["command"])}</pre>' if s.get("command") else ""
+        items.append(f"<li>{_e(s['what'])}{cmd}</li>")
+    return f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol></section>'
+
+
+def _checks(packet: dict[str, Any]) -> str:
+    rows = []
+    for name, c in packet["checks"].items():
+        obs, thr = _observed(c)
+        rows.append([_e(name), f'<span class="{"ok" if c["passed"] else "fail"}">{"pass" if c["passed"] else "FAIL"}'
+                     "</span>", _e(obs), _e(thr), _e(c["detail"])])
+    failed_first = sorted(rows, key=lambda r: "FAIL" not in r[1])
+    return ('<section id="checks"><h2>Checks</h2>'
+            + _table(["check", "result", "observed", "threshold", "evidence"], failed_first, table_id="checks-table")
+            + "</section>")
+
+
+def _charts(packet: dict[str, Any]) -> str:
+    charts = []
+    checks = packet["checks"]
+    per_batch = (checks.get("rejected_per_batch") or {})
+    limit = per_batch.get("per_batch_limit")
+    batches = packet["counts"]["batches"]
+    if batches:
+        charts.append(bar_chart(
+            "Rejected share per batch", [(f"batch {b['batch_id']}", b["quarantined"] / b["extracted"]
+                                          if b["extracted"] else 0.0) for b in batches],
+            "", "chart-rejected", threshold=limit, threshold_label="per-batch limit", fmt=_pct))
+    shares = [(n, float(checks[n]["observed"]), float(checks[n]["threshold"]))
+              for n in ("rejected_overall", "late_events", "stale_events", "moved_orders") if n in checks]
+    for n, obs, thr in shares:
+        charts.append(bar_chart(f"{n.replace('_', ' ')}: observed vs threshold", [("observed", obs)], "",
+                                f"chart-{n.replace('_', '-')}", threshold=thr, fmt=_pct))
     audit = packet.get("audit") or {}
-    bytes_chart = bar_chart("Bytes scanned: audit query vs full scan",
-                            [(f"audit days {audit.get('days', ['?', '?'])[0]}..{audit.get('days', ['?', '?'])[1]}",
-                              float(audit.get("bytes", {}).get("scanned", 0))),
-                             ("full scan", float(audit.get("bytes", {}).get("full_scan", 0)))], "bytes", "chart-bytes")
+    if audit:
+        full = float(audit["bytes"]["full_scan"])
+        limit_bytes = full * float((checks.get("audit_bytes") or {}).get("threshold", 1.0))
+        charts.append(bar_chart("Bytes scanned: audit query vs full scan",
+                                [(f"audit days {audit['days'][0]}..{audit['days'][1]}",
+                                  float(audit["bytes"]["scanned"])),
+                                 ("full scan", full)], "bytes", "chart-bytes", threshold=limit_bytes,
+                                threshold_label="audit limit", fmt=human_bytes, judged=0))
     planning = packet.get("planning_ms") or {}
-    plan_chart = bar_chart("Planning time (p95, ms)", [(k, float(v)) for k, v in planning.items()], "ms",
-                           "chart-planning") if planning else "<p>No planning times were recorded.</p>"
-    rows = "\n".join(
-        f"<tr><td>{html.escape(name)}</td><td class={'ok' if c['passed'] else 'fail'}>"
-        f"{'pass' if c['passed'] else 'FAIL'}</td><td>{html.escape(str(c['detail']))}</td></tr>"
-        for name, c in packet["checks"].items())
-    pending = "\n".join(f"<li>{html.escape(i['what'])}: until {html.escape(i['until'])}"
-                        f"{' (beyond the release window)' if i['beyond_release_window'] else ''}</li>"
-                        for i in packet["pending"]["items"])
+    charts.append(bar_chart("Planning time (p95, ms)", [(k, float(v)) for k, v in planning.items()], "ms",
+                            "chart-planning") if planning else
+                  '<p class="muted">Planning times are measured only when a release ships.</p>')
+    return '<section id="charts"><h2>Thresholds and charts</h2>' + "\n".join(charts) + "</section>"
+
+
+def _counts(packet: dict[str, Any]) -> str:
+    counts = packet["counts"]
+    batch_rows = [[_e(b["batch_id"]), b["extracted"], b["accepted"], b["quarantined"],
+                   _e(", ".join(f"{k} {v}" for k, v in sorted(b["reasons"].items())) or "-"),
+                   _e("-" if b["version"] is None else b["version"])] for b in counts["batches"]]
+    batch_rows.append(["<b>total</b>", counts["extracted"], counts["accepted"], counts["quarantined"], "", ""])
+    reason_rows = [[_e(k), v, _pct(v / counts["extracted"] if counts["extracted"] else 0)]
+                   for k, v in sorted(counts["by_reason"].items(), key=lambda kv: -kv[1])]
+    return ('<section id="counts"><h2>Counts</h2>'
+            + _table(["batch", "extracted", "accepted", "quarantined", "reasons", "version"],
+                     [[c if isinstance(c, str) else f"{c:,}" for c in r] for r in batch_rows], numeric={1, 2, 3})
+            + "<h3>Rejected lines by reason</h3>"
+            + (_table(["reason", "lines", "share of extracted"], [[r[0], f"{r[1]:,}", r[2]] for r in reason_rows],
+                      numeric={1, 2}) if reason_rows else "<p>No line was rejected.</p>")
+            + "</section>")
+
+
+def _rollback(packet: dict[str, Any]) -> str:
     plan = packet["rollback_plan"]
-    body = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Release {html.escape(packet['run_id'])}</title>
-<style>body{{font-family:sans-serif;max-width:900px;margin:2em auto}} td,th{{padding:4px 8px;text-align:left}}
-.ok{{color:#196619}} .fail{{color:#a11}} code{{background:#eee;padding:1px 4px}}</style></head>
-<body>
-<h1>Release decision: {html.escape(packet['decision'].upper())}</h1>
-<p id="snapshot">Snapshot: table <code>{html.escape(snap['table'])}</code>, Delta version
-<code>{snap['version']}</code>, catalog generation <code>{snap['generation']}</code>.
-Schema versions seen: {', '.join(map(str, packet['schema_versions']))}.</p>
-<p>Packet <code>packet.json</code>, sha256 <code>{digest}</code>.</p>
-<h2>Checks</h2><table><tr><th>check</th><th>result</th><th>evidence</th></tr>{rows}</table>
-<h2>Pruning</h2>{bytes_chart}
-<h2>Planning</h2>{plan_chart}
-<h2>Counts</h2><p>extracted {packet['counts']['extracted']}, accepted {packet['counts']['accepted']},
-quarantined {packet['counts']['quarantined']} {html.escape(str(packet['counts']['by_reason']))}</p>
-<h2>Rollback plan</h2><p>{html.escape(plan['mode'])}: {html.escape(str(plan.get('command', '')))}
-({html.escape(plan['reason'])})</p>
-<h2>Cost</h2><ul>{''.join(f'<li>{html.escape(k)}: {html.escape(str(v))}</li>' for k, v in packet['cost'].items())}</ul>
-<h2>Pending evidence</h2><ul>{pending}</ul>
-</body></html>
-"""
-    path.write_text(body, encoding="utf-8")
+    parts = ['<section id="rollback"><h2>Rollback plan</h2>']
+    if plan.get("note"):
+        parts.append(f"<p>{_e(plan['note'])}.</p>")
+    cur = plan.get("current")
+    if cur:
+        orders = "?" if cur["orders"] is None else f"{cur['orders']:,}"
+        parts.append(f"<p>Readers now get version <b>{_e(cur['version'])}</b> (generation {_e(cur['generation'])},"
+                     f" {_e(orders)} orders).</p>")
+    target = plan.get("target")
+    if target:
+        parts.append(f"<p>Target: version <b>{_e(target['version'])}</b> (generation {_e(target['generation'])}),"
+                     f" which holds {_e(target['holds'])}. Mode: {_e(plan['mode'])}.</p>")
+    parts.append(f"<p>{_e(plan['reason'])}.</p>")
+    if plan.get("command"):
+        parts.append(f'<pre class="cmd">{_e(plan["command"])}</pre>')
+    return "".join(parts) + "</section>"
+
+
+def _cost(packet: dict[str, Any]) -> str:
+    rows = []
+    for k, v in packet["cost"].items():
+        shown = human_bytes(v) if k.endswith("bytes") and isinstance(v, int | float) else (
+            f"{v:,}" if isinstance(v, int) else v)
+        rows.append([_e(k.replace("_", " ")), _e(shown)])
+    return '<section id="cost"><h2>Cost</h2>' + _table(["what", "value"], rows, numeric={1}) + "</section>"
+
+
+def _pending(packet: dict[str, Any]) -> str:
+    rows = [[_e(i["what"]), _e(i["until"]), "beyond the release window" if i["beyond_release_window"] else ""]
+            for i in packet["pending"]["items"]]
+    win = packet["pending"]["release_window"]
+    return (f'<section id="pending"><h2>Pending evidence</h2><p>Release window {_e(win["start"])} to '
+            f'{_e(win["end"])}.</p>' + _table(["what still holds data", "until", ""], rows) + "</section>")
+
+
+def _about(packet: dict[str, Any], digest: str) -> str:
+    tool = packet.get("tool", {})
+    cfg = packet.get("config", {})
+    rows = [["tool", _e(f"{tool.get('name', 'delta-release')} {tool.get('version', '?')}")],
+            ["run", _e(packet["run_id"])], ["created", _e(packet["created"])],
+            ["lake", f"<code>{_e(packet.get('lake', '?'))}</code> (from {_e(cfg.get('lake_from', 'config'))})"],
+            ["config", f"<code>{_e(cfg.get('path', '?'))}</code> sha256 <code>{_e(cfg.get('sha256', '?'))}</code>"],
+            ["packet", f"<code>packet.json</code> sha256 <code>{_e(digest)}</code>"],
+            ["schema versions seen", _e(", ".join(map(str, packet["schema_versions"])))]]
+    return '<section id="about"><h2>About this run</h2>' + _table(["", ""], rows) + "</section>"
+
+
+def render_report(packet: dict[str, Any], digest: str, path: Path) -> Path:
+    body = "\n".join([_decision(packet), _next_steps(packet), _checks(packet), _charts(packet), _counts(packet),
+                      _rollback(packet), _cost(packet), _pending(packet), _about(packet, digest)])
+    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Release {_e(packet["run_id"])}: '
+            f'{_e(packet["decision"].upper())}</title><style>{_CSS}</style></head>\n<body>\n'
+            f'<p class="muted"><a href="../index.html">All runs</a></p>\n{body}\n</body></html>\n')
+    path.write_text(page, encoding="utf-8")
     return path
+
+
+def render_index(packet_dir: Path) -> Path:
+    """`index.html` in the packet directory: every run with a packet, newest first."""
+    rows = []
+    for packet_path in sorted(packet_dir.glob("*/packet.json"), reverse=True):
+        try:
+            p = json.loads(packet_path.read_bytes())
+        except (OSError, ValueError):
+            continue
+        run = packet_path.parent.name
+        snap = p.get("snapshot", {})
+        ok = p.get("decision") == "ship"
+        rows.append([f'<a href="{_e(run)}/report.html">{_e(run)}</a>', _e(p.get("created", "")),
+                     f'<span class="{"ok" if ok else "fail"}">{_e(str(p.get("decision", "?")).upper())}</span>',
+                     _e(snap.get("version")), _e(snap.get("generation") or "-"),
+                     _e(", ".join(p.get("failed_checks", [])) or "-"), f"<code>{_e(p.get('lake', '?'))}</code>"])
+    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Release runs</title>'
+            f"<style>{_CSS}</style></head>\n<body>\n<h1>Release runs</h1>\n"
+            + _table(["run", "created", "decision", "version", "generation", "failed checks", "lake"], rows,
+                     table_id="runs")
+            + "\n</body></html>\n")
+    out = packet_dir / "index.html"
+    packet_dir.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out

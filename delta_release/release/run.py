@@ -1,8 +1,11 @@
-"""`run CONFIG.yaml`: ingest the sources without publishing, run every check on the candidate snapshot,
-then ship (publish the generation) or hold (publish nothing), and write the packet and the report."""
+"""`run CONFIG.yaml`: stage ONE candidate of all the sources without committing, run every check on that
+staged candidate, then ship (one strict commit per table on the run's parent, then publish) or hold
+(discard the staged files: every Delta log stays as it was), and write the packet and the report.
+The staging, ship and hold steps are in `candidate.py`."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import uuid
@@ -11,14 +14,21 @@ from typing import Any
 
 import polars as pl
 
+from .. import __version__
+from .. import progress as show
 from ..clock import Clock, iso
+from ..contract.source import read_batch_file
+from ..errors import StaleParentError
+from ..ingest import applied_batches
 from ..lake import Lake
 from ..stats import p95
+from .candidate import hold, receive, ship, stage_run
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
 from .lakeopen import open_run_lake
-from .packet import cost, pending_evidence, rollback_plan, write_packet
-from .report import render_report
+from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
+from .report import render_index, render_report
+from .status import LAST_RUN
 
 Progress = Callable[[str], None]
 
@@ -54,16 +64,23 @@ def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[st
     return {k: round(_p95(v), 3) for k, v in out.items()}
 
 
-def run_release(config_path: str, *, clock: Clock | None = None, progress: Progress = _quiet) -> dict[str, Any]:
-    cfg = load_release_config(config_path)
-    lake = open_run_lake(cfg, clock)
-    if lake.created:
-        progress(f"created a new lake at {lake.storage.root} (lake.create: true)")
-    now = lake.clock.now()
+
+
+def run_release(config_path: str, *, lake: str | None = None, clock: Clock | None = None,
+                progress: Progress = _quiet) -> dict[str, Any]:
+    """The release run. `lake` (the CLI's `run --lake`) overrides the config's `lake.uri`. The whole
+    config is validated before any work: a bad one raises ConfigError and creates nothing."""
+    cfg = load_release_config(config_path, lake_override=lake)
+    with show.step("open lake"):
+        lk = open_run_lake(cfg, clock)
+    if lk.created:
+        progress(f"created a new lake at {lk.storage.root} (lake.create: true)")
+    now = lk.clock.now()
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
     scratch = out_dir / "scratch"
-    previous = lake.published("orders")
+    previous = lk.published("orders")
+    parent = lk.latest_version("orders")
     steps = len(cfg.sources) + len(cfg.checks) + 2
     step = 0
 
@@ -72,47 +89,81 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    reports: list[dict[str, Any]] = []
+    batches = []
     for source in cfg.sources:
-        tick(f"ingest {source.name}")
-        reports.append(lake.ingest(source, publish=False).to_json())
-    candidate = lake.latest_version("orders")
-    assert candidate is not None
-    ctx = RunContext(config=cfg, lake=lake, scratch=scratch, candidate_version=candidate, reports=reports)
+        tick(f"receive {source.name}")
+        with show.step(f"receive {source.name} ({show.human_bytes(source.stat().st_size)})"):
+            batches.append(receive(lk, read_batch_file(source)))
+    with show.step("stage the candidate"):
+        staged = stage_run(lk, batches, run_id=run_id)
+    reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
+    parent = staged.parent
+    ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
+                     recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
+                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=reports)
     results = []
     for name in cfg.checks:
         tick(f"check {name}")
-        for r in run_check(name, ctx):
-            results.append(r)
-            progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
+        with show.step(f"check {name}"):
+            for r in run_check(name, ctx):
+                results.append(r)
+                progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
     failed = [r.name for r in results if not r.passed]
-    decision = "hold" if failed else "ship"
-    tick(f"decision: {decision}")
     publication = None
     telemetry = []
+    shipped_version: int | None = None
+    stale: dict[str, Any] | None = None
+    discarded: dict[str, Any] | None = None
+    if not failed:
+        try:
+            shipped = ship(staged)
+            shipped_version = shipped.version
+        except StaleParentError as exc:  # the commit refused: nothing of the candidate became visible
+            stale = {"expected": exc.expected, "found": exc.found}
+            failed.append("stale_parent")
+    decision = "hold" if failed else "ship"
+    tick(f"decision: {decision}")
     if decision == "ship":
-        publication = lake.publish_version("orders", candidate, digest=f"release-{run_id}", label=f"release-{run_id}")
-        telemetry = _publish_manifests(lake, cfg)
-    planning = planning_times(lake, cfg.audit.days) if decision == "ship" else {}
+        assert shipped_version is not None
+        with show.step("publish"):
+            publication = lk.publish_version("orders", shipped_version, digest=f"release-{run_id}",
+                                             label=f"release-{run_id}")
+            telemetry = _publish_manifests(lk, cfg)
+        reports = [r.to_json() for r in staged.reports]
+    else:
+        discarded = hold(staged)
+        discarded["telemetry_files"] = _discard_uploads(lk, ctx.evidence.get("uploaded", []))
+    candidate = shipped_version if shipped_version is not None else parent
+    with show.step("planning times"):
+        planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
     by_reason: dict[str, int] = {}
     for rep in reports:
         for k, v in rep["reasons"].items():
             by_reason[k] = by_reason.get(k, 0) + v
+    published_now = publication or previous
     packet: dict[str, Any] = {
         "packet_format": 1,
         "run_id": run_id,
         "created": iso(now),
-        "config": {"path": str(cfg.path), "checks": cfg.checks},
-        "lake_created": lake.created,
+        "tool": {"name": "delta-release", "version": __version__},
+        "lake": cfg.lake_uri,
+        "config": {"path": str(cfg.path), "sha256": cfg.digest, "lake_from": cfg.lake_from, "checks": cfg.checks},
+        "thresholds": _thresholds_json(cfg),
+        "lake_created": lk.created,
         "decision": decision,
         "failed_checks": failed,
+        "reasons": [f"{r.name}: {r.detail}" for r in results if not r.passed],
         "checks": {r.name: r.to_json() for r in results},
-        "snapshot": {"table": "orders", "version": candidate,
+        "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
+                     "candidate": staged.staged.evidence.candidate,
                      "generation": publication.generation if publication else None,
-                     "published_version": _version(publication or previous),
+                     "published_version": _version(published_now),
+                     "published_generation": None if published_now is None else published_now.generation,
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
         "telemetry": telemetry,
+        "discarded": discarded,
+        "stale_parent": stale,
         "schema_versions": sorted({v for r in reports for v in r["schema_versions"]}),
         "files": ctx.evidence.get("files", []),
         "counts": {"batches": [{k: r[k] for k in ("batch_id", "extracted", "accepted", "quarantined", "reasons",
@@ -124,22 +175,59 @@ def run_release(config_path: str, *, clock: Clock | None = None, progress: Progr
         "audit": ctx.evidence.get("audit"),
         "freshness": ctx.evidence.get("freshness"),
         "planning_ms": planning,
-        "rollback_plan": rollback_plan(lake, previous_version=previous.version if previous else None),
-        "cost": cost(lake, cfg, candidate),
-        "pending": pending_evidence(lake, cfg, now),
+        "rollback_plan": rollback_plan(lk, lake_uri=cfg.lake_uri, published=published_now,
+                                       shipped=decision == "ship"),
+        "cost": cost(lk, cfg, candidate),
+        "pending": pending_evidence(lk, cfg, now),
     }
-    packet_path, digest = write_packet(packet, out_dir)
-    report_path = render_report(packet, digest, out_dir / "report.html")
-    shutil.rmtree(scratch, ignore_errors=True)
+    packet["next_steps"] = next_steps(packet, cfg)
+    with show.step("packet and report"):
+        packet_path, digest = write_packet(packet, out_dir)
+        report_path = render_report(packet, digest, out_dir / "report.html")
+        index_path = render_index(cfg.packet_dir)
+        shutil.rmtree(scratch, ignore_errors=True)
+        summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
+                   "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
+                   "snapshot": {"table": "orders", "version": candidate,
+                                "generation": publication.generation if publication else None}}
+        lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
     tick(f"packet written: {packet_path}")
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
-            "snapshot": {"table": "orders", "version": candidate,
+            "index": str(index_path), "lake": cfg.lake_uri, "run_id": run_id,
+            "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
                          "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "lake_created": lake.created}
+            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded,
+            "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
+                         "threshold": r.evidence.get("threshold"), "seconds": round(r.seconds, 3)}
+                        for r in results], "lake_created": lk.created}
+
+
+def _thresholds_json(cfg: Any) -> dict[str, Any]:
+    t = cfg.thresholds
+    return {"rejected": {"per_batch": t.rejected_per_batch, "mostly": t.rejected_mostly,
+                         "overall": t.rejected_overall, "by_reason": dict(t.rejected_by_reason)},
+            "late_events": {"max_share": t.late_events},
+            "stale_events": {"older_than_days": t.stale_days, "max_share": t.stale_events},
+            "moved_orders": {"max_share": t.moved_orders},
+            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction}}
 
 
 def _version(pub: Any) -> int | None:
     return None if pub is None else int(pub.version)
+
+
+def _discard_uploads(lake: Lake, uploaded: list[str]) -> list[str]:
+    """On HOLD: delete the telemetry objects this run uploaded that no version of their table references
+    (the producer's drop still has them); returns `table:path` of each deleted one."""
+    from ..external.manifest import registered_files
+
+    out = []
+    for item in uploaded:
+        table, _, path = item.partition(":")
+        if path not in registered_files(lake, table):
+            lake.table_storage(table).delete(path)
+            out.append(item)
+    return out
 
 
 def _publish_manifests(lake: Lake, cfg: Any) -> list[dict[str, Any]]:

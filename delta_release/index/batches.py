@@ -1,0 +1,76 @@
+"""Applied-batch index: is this batch id already in a commit of the table? Without replaying history.
+
+On storage (`Storage` rooted at `<lake>/_index/<table>/`, local disk or S3):
+
+    batches/<batch_id>    create-only marker per applied batch id; content: the version that applied it
+    batches.version       {"version": V}: every commit up to V has its markers (atomic replace)
+
+Catching up to version T reads the log entries of versions (V, T] one by one (`_delta.version_evidence`),
+writes their markers, then moves `batches.version` to T. Markers are always written before the watermark
+that covers them, so a watermark that a racing writer moves back is still true (only more work later).
+Missing watermark: rebuilt from the whole history once (`_delta.history`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .. import _delta
+from ..evidence import CommitEvidence
+from ..storage import Storage
+
+WATERMARK = "batches.version"
+MARKERS = "batches"
+
+
+class BatchIndex:
+    def __init__(self, index: Storage, uri: str, options: dict[str, str]) -> None:
+        self.index, self.uri, self.options = index, uri, options
+
+    def watermark(self) -> int | None:
+        try:
+            mark = json.loads(self.index.read_bytes(WATERMARK))
+            if mark.get("table_id") != _delta.table_id(self.uri, self.options):
+                return None  # written for another table once at this URI: rebuild
+            return int(mark["version"])
+        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _mark(self, batch_ids: list[str], version: int) -> None:
+        for b in batch_ids:
+            if "/" in b or b.startswith("."):
+                continue  # never a path: batch ids are sha256 hex
+            if not self.index.exists(f"{MARKERS}/{b}"):
+                self.index.write_once(f"{MARKERS}/{b}", str(version).encode())
+
+    def catch_up(self, upto: int) -> None:
+        """Make the index valid for `upto` (a committed version)."""
+        start = self.watermark()
+        if start is not None and start >= upto:
+            return
+        if start is None:  # missing: rebuild from the whole history, once (markers are only ever added)
+            for entry in _delta.history(self.uri, self.options):
+                if entry["evidence"] is not None and entry["version"] <= upto:
+                    self._mark(CommitEvidence.from_json(entry["evidence"]).batch_ids, entry["version"])
+        else:
+            for version in range(start + 1, upto + 1):
+                raw = _delta.version_evidence(self.uri, self.options, version)
+                if raw is not None:
+                    self._mark(CommitEvidence.from_json(raw).batch_ids, version)
+        self.index.write_bytes(WATERMARK, json.dumps({"version": upto,
+                                                   "table_id": _delta.table_id(self.uri, self.options)}).encode())
+
+    def applied(self, batch_id: str, *, upto: int) -> bool:
+        """True when a commit at or before `upto` (or one already indexed after it) carries `batch_id`."""
+        self.catch_up(upto)
+        return self.index.exists(f"{MARKERS}/{batch_id}")
+
+    def record(self, batch_ids: list[str], version: int) -> None:
+        """After our own commit: its markers now, the watermark through the usual catch-up."""
+        self._mark(batch_ids, version)
+        self.catch_up(version)
+
+    def all(self, *, upto: int) -> set[str]:
+        self.catch_up(upto)
+        return {o.path.rsplit("/", 1)[-1] for o in self.index.list(MARKERS)
+                if not o.path.rsplit("/", 1)[-1].startswith(".")}

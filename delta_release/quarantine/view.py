@@ -1,0 +1,107 @@
+"""`quarantine [--batch ID] [--reason R] [--show]`: the ledger's records, and with `show` each line's text
+read from its raw batch. A line is withheld when its subject is erased or when its text names an erased
+subject in any way (`erasure.text.names_erased_subject`); a line whose raw batch is gone (raw retention)
+has no text to show."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from ..contract import REASON_CODES
+from ..errors import InputError, NotFoundError
+from .spans import line_spans
+
+if TYPE_CHECKING:
+    from ..context import LakeContext
+
+_BATCH_ID = re.compile(r"[0-9a-f]{16}")
+WITHHELD = "withheld"
+SHOWN = "shown"
+NO_RAW = "raw_batch_gone"
+
+
+def _check(batch_id: str | None, reason: str | None) -> None:
+    if batch_id is not None and not _BATCH_ID.fullmatch(batch_id):
+        raise InputError("--batch must be a batch id: 16 lower-case hex characters", option="--batch")
+    if reason is not None and reason not in REASON_CODES:
+        raise InputError(f"--reason must be one of: {', '.join(REASON_CODES)}", option="--reason")
+
+
+def quarantine_records(lake: LakeContext, *, batch_id: str | None = None, reason: str | None = None,
+                       show: bool = False) -> list[dict[str, Any]]:
+    """The ledger's records as dicts (batch_id, line, offset, length, reason, detail, subject), filtered;
+    with `show`, also `text` (None unless shown) and `text_state` (shown, withheld or raw_batch_gone)."""
+    _check(batch_id, reason)
+    if batch_id is not None and not lake.quarantine.has(batch_id):
+        raise NotFoundError(f"batch {batch_id} has no quarantine ledger (it was never ingested)",
+                            batch_id=batch_id)
+    rows = lake.quarantine.rows(batch_id)
+    if reason is not None:
+        rows = rows.filter(pl.col("reason") == reason)
+    records = rows.to_dicts()
+    if show:
+        _attach_text(lake, records)
+    return records
+
+
+def _attach_text(lake: LakeContext, records: list[dict[str, Any]]) -> None:
+    from ..erasure.text import names_erased_subject
+
+    erased = lake.erasures.erased_subjects()
+    key = lake.erasures.subject_key
+    batches: dict[str, bytes | None] = {}
+    for rec in records:
+        bid = rec["batch_id"]
+        if bid not in batches:
+            try:
+                batches[bid] = lake.raw.read(bid)
+            except NotFoundError:
+                batches[bid] = None
+        data = batches[bid]
+        rec["text"], rec["text_state"] = None, NO_RAW
+        if data is None:
+            continue
+        offset, length = rec["offset"], rec["length"]
+        if offset is None or length is None:
+            spans = line_spans(data)
+            if not 1 <= rec["line"] <= len(spans):
+                continue
+            offset, length = spans[rec["line"] - 1]
+        text = data[offset:offset + length].decode("utf-8", errors="backslashreplace")
+        if (rec["subject"] is not None and rec["subject"] in erased) or names_erased_subject(text, erased, key):
+            rec["text_state"] = WITHHELD
+            continue
+        rec["text"], rec["text_state"] = text, SHOWN
+
+
+_UNSAFE = re.compile(r"[^\x20-\x7e\u00a0-\U0010ffff]|[\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+TEXT_LIMIT = 300
+
+
+def printable(text: str, limit: int = TEXT_LIMIT) -> str:
+    """One terminal-safe line: control and bidi characters escaped, long text cut with a count."""
+    safe = _UNSAFE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+    if len(safe) > limit:
+        return f"{safe[:limit]}... ({len(safe) - limit} more characters)"
+    return safe
+
+
+def records_text(records: list[dict[str, Any]], *, show: bool) -> str:
+    if not records:
+        return "no quarantine records"
+    out = [f"{len(records)} quarantine record(s)"]
+    for r in records:
+        span = "" if r["offset"] is None else f" bytes {r['offset']}+{r['length']}"
+        subject = "" if r["subject"] is None else f" subject {r['subject'][:16]}"
+        out.append(f"{r['batch_id']} line {r['line']}{span}: {r['reason']}: {r['detail']}{subject}")
+        if show:
+            if r["text_state"] == SHOWN:
+                out.append(f"    | {printable(r['text'])}")
+            elif r["text_state"] == WITHHELD:
+                out.append("    (withheld: the line names an erased subject)")
+            else:
+                out.append("    (no text: the raw batch is no longer stored)")
+    return "\n".join(out)

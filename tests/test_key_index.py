@@ -1,0 +1,150 @@
+"""The hot path's indexes (issue 14): the key index (keyed hashes -> partition) and the applied-batch index.
+Both are caches: results equal the reference fold with and without them, missing or stale ones are rebuilt
+or caught up from the table, and an erasure takes its subject out of the key index."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import jsonl, rm, up
+from test_apply import current, oracle
+
+import delta_release as dr
+from delta_release import _delta, index
+from delta_release.ingest import applied_batches
+
+
+def stream(seed: int, n_batches: int = 6, per_batch: int = 12) -> list[list[dict[str, Any]]]:
+    """Batches that create, update, move (another event_day) and delete a small set of orders."""
+    rng = random.Random(seed)
+    batches, pos = [], 0
+    for _ in range(n_batches):
+        batch = []
+        for _ in range(per_batch):
+            pos += rng.randint(1, 3)
+            oid = f"o{rng.randint(1, 15)}"
+            if rng.random() < 0.15:
+                batch.append(rm(oid, pos, rng.choice([None, 3, 4])))
+            else:
+                batch.append(up(oid, pos, amount=rng.randint(1, 999), day=rng.randint(1, 6)))
+        batches.append(batch)
+    return batches
+
+
+def key_index(lake: dr.Lake) -> index.KeyIndex:
+    ki = index.key_index(lake.table("orders"))
+    assert ki is not None
+    return ki
+
+
+def index_dir(lake: dr.Lake) -> Path:
+    table_id = _delta.table_id(lake.table_uri("orders"), lake.options)
+    return lake.storage.local_path(f"_index/orders/{table_id}")
+
+
+def located(lake: dr.Lake) -> dict[str, int | None]:
+    """Where the key index says each order of the current view lives."""
+    rows = lake.read().to_dicts()
+    return key_index(lake).locate([r["order_id"] for r in rows], upto=lake.latest_version("orders") or 0)
+
+
+def test_results_equal_the_reference_fold_with_and_without_the_index(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = stream(1)
+    events = [e for b in batches for e in b]
+    with_index = dr.Lake.create(tmp_path / "with")
+    for b in batches:
+        with_index.ingest(jsonl(b))
+    monkeypatch.setenv(index.ENV_OFF, "1")
+    without = dr.Lake.create(tmp_path / "without")
+    for b in batches:
+        without.ingest(jsonl(b))
+    assert not (tmp_path / "without" / "_index").exists()
+    monkeypatch.delenv(index.ENV_OFF)
+    assert current(with_index) == current(without) == oracle(events)
+    # the index names the partition each current order is in
+    assert located(with_index) == {r["order_id"]: r["event_day"] for r in with_index.read().to_dicts()}
+
+
+def test_a_missing_index_is_rebuilt_from_the_table(tmp_path: Path) -> None:
+    batches = stream(2)
+    lake = dr.Lake.create(tmp_path / "lake")
+    for b in batches[:3]:
+        lake.ingest(jsonl(b))
+    shutil.rmtree(index_dir(lake))
+    for b in batches[3:]:
+        lake.ingest(jsonl(b))
+    assert current(lake) == oracle([e for b in batches for e in b])
+    assert (index_dir(lake) / "keys" / "complete.json").exists()
+    assert located(lake) == {r["order_id"]: r["event_day"] for r in lake.read().to_dicts()}
+    # the batch index was rebuilt too: a re-sent batch is a duplicate
+    assert lake.ingest(jsonl(batches[0])).duplicate
+
+
+def test_a_stale_index_is_caught_up_from_the_commits_it_missed(tmp_path: Path) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up("a", 1, day=1), up("b", 2, day=2)]))
+    saved = tmp_path / "saved-index"
+    shutil.copytree(index_dir(lake), saved)
+    # commits the saved index does not know: "a" moves to day 5, "c" appears on day 3
+    lake.ingest(jsonl([up("a", 10, day=5), up("c", 11, day=3)]))
+    shutil.rmtree(index_dir(lake))
+    shutil.copytree(saved, index_dir(lake))  # the index is now behind the table
+    assert key_index(lake).locate(["a", "b", "c"], upto=lake.latest_version("orders") or 0) == {
+        "a": 5, "b": 2, "c": 3}
+    # a batch that needs to know where "a" lives (it deletes it without a day) folds right
+    lake.ingest(jsonl([rm("a", 20), up("c", 21, day=4)]))
+    assert current(lake) == oracle([up("a", 1, day=1), up("b", 2, day=2), up("a", 10, day=5), up("c", 11, day=3),
+                                    rm("a", 20), up("c", 21, day=4)])
+    rows = lake.scan("orders").collect()
+    assert rows.filter(rows["order_id"] == "a").height == 0  # the view hides the tombstone
+    full = _delta.scan(lake.table_uri("orders"), lake.options).collect()
+    assert full.filter(full["order_id"] == "a")["event_day"].to_list() == [5]  # tombstone in a's partition
+
+
+def test_erasure_removes_the_subject_from_the_key_index(tmp_path: Path) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up("ord-47", 1, day=1), up("ord-48", 2, day=1), up("ord-47", 3, day=2)]))
+    lake.ingest(jsonl([up("ord-49", 4, day=2)]))
+    subject = lake.erasures.subject_key("ord-47")
+    assert key_index(lake).holds(subject)
+    lake.erase("ord-47")
+    assert not key_index(lake).holds(subject)
+    files = [p for p in index_dir(lake).rglob("*") if p.is_file()]
+    assert files and not any(subject.encode() in p.read_bytes() for p in files)
+    assert not any(b"ord-47" in p.read_bytes() for p in files)  # never a plain id
+    assert "ord-47" not in key_index(lake).locate(["ord-47"], upto=lake.latest_version("orders") or 0)
+    assert set(current(lake)) == {"ord-48", "ord-49"}
+
+
+def test_applied_batches_equal_the_history_with_and_without_the_index(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    ids = [lake.ingest(jsonl(b)).batch_id for b in stream(3, n_batches=4)]
+    for b in ids[1:]:  # behind: it knows version 1 only
+        (index_dir(lake) / "batches" / b).unlink()
+    mark = json.loads((index_dir(lake) / "batches.version").read_text())
+    (index_dir(lake) / "batches.version").write_text(json.dumps({**mark, "version": 1}))
+    assert applied_batches(lake) == set(ids)
+    shutil.rmtree(index_dir(lake) / "batches")  # missing: rebuilt from the history
+    (index_dir(lake) / "batches.version").unlink()
+    assert applied_batches(lake) == set(ids)
+    monkeypatch.setenv(index.ENV_OFF, "1")
+    assert applied_batches(lake) == set(ids)
+
+
+def test_an_index_left_by_another_table_at_the_same_uri_is_not_trusted(tmp_path: Path) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    data = jsonl([up("a", 1, day=1)])
+    lake.ingest(data)
+    shutil.rmtree(tmp_path / "lake" / "orders")  # the table goes; its indexes stay
+    _delta.forget_handles()
+    again = dr.Lake.create(tmp_path / "lake")
+    report = again.ingest(data)
+    assert not report.duplicate and report.version == 1
+    assert current(again) == oracle([up("a", 1, day=1)])
