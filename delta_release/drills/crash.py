@@ -75,6 +75,7 @@ SQLITE_HOOK = "catalog.in_transaction"
 TEMP_PREFIX = "storage.after_temp:"
 ERASED = "ord-erased-77"  # erased in every base lake, before the killed command
 TARGET = "ord-target-55"  # what the killed `erase` erases
+ROLLBACK_ERASED = ("ord-04", "ord-05")  # erased before the killed rollback: it must rewrite days 10 and 11
 PACKAGE = Path(__file__).resolve().parent.parent
 
 BEFORE, COMPLETED, OTHER = "before", "completed", "OTHER"
@@ -194,6 +195,16 @@ def _setup_applied(lake_dir: Path, scene: Scene) -> None:
     lake = _base(lake_dir)
     scene.values["before_batch"] = lake.latest_version("orders")
     lake.ingest(CRASH_BATCH)
+
+
+def _setup_rollback(lake_dir: Path, scene: Scene) -> None:
+    """The batch applied, then two orders of the target version erased (days 10 and 11): the rollback
+    to the version before the batch exposes them, so --repair-forward rewrites two partitions (staged,
+    gated) and re-adds the other files; a plain restore would stage nothing."""
+    _setup_applied(lake_dir, scene)
+    lake = Lake.open(lake_dir)
+    for order_id in ROLLBACK_ERASED:
+        lake.erase(order_id)
 
 
 def _setup_vacuum(lake_dir: Path, scene: Scene) -> None:
@@ -319,8 +330,8 @@ WRITERS: tuple[Writer, ...] = (
                    _p(TEMP_PREFIX + "_erasure", "the ledger entry written to its temp file, not renamed"),
                    *_generic(staged=True, several_files=False)),
            subset=("ingest.after_commit", "erase.after_ledger")),
-    Writer(name="rollback", summary="rollback --repair-forward to the version before the batch",
-           table="orders", setup=_setup_applied,
+    Writer(name="rollback", summary="rollback --repair-forward to the version before the batch (two of its"
+           " orders erased since)", table="orders", setup=_setup_rollback,
            argv=lambda lake, s: ["rollback", "--to", str(s.values["before_batch"]), "--repair-forward"],
            points=_generic(staged=True, several_files=True), subset=("commit.during@3ms",)),
     Writer(name="vacuum", summary="vacuum --apply (erased-subject files and an old orphan)", table="orders",
@@ -566,6 +577,13 @@ def disallowed_files(lake: Lake, table: str = "orders") -> set[str]:
     return out
 
 
+def _subject_label(order_id: str) -> str:
+    """The drill's name for an erased id (ids of erased subjects are never printed)."""
+    if order_id in ROLLBACK_ERASED:
+        return f"ROLLBACK_ERASED[{ROLLBACK_ERASED.index(order_id)}]"
+    return "ERASED" if order_id == ERASED else "TARGET"
+
+
 def erased_id_holders(lake_dir: Path, *, allow_disallowed: bool) -> dict[str, list[str]]:
     """id -> files under the lake outside `_raw/` holding it (all of them read), minus, when
     `allow_disallowed`, data files of versions that are not allowed (vacuum removes those)."""
@@ -624,7 +642,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
         "published_version": pub_version, "latest_version": latest, "committed": latest > pub_version,
         "staged_orphans": len(orphans), "temp_files": temp_files(lake_dir),
         "quarantine_written": q_rows is not None,
-        "erased_ids_outside_raw": {"ERASED" if k == ERASED else "TARGET": v for k, v in holders.items()},
+        "erased_ids_outside_raw": {_subject_label(k): v for k, v in holders.items()},
     }
     checks = {
         "killed": killed,
@@ -671,8 +689,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
         "delay_s": point.delay, "expect": sorted(point.expect), "observed": observed,
         "rerun": {"exit_code": code, "error": (out.get("error") or {}).get("type")},
         "cleanup": {"by": how, "removed": removed, "temp_files_left": left_temp,
-                    "erased_ids_outside_raw": {"ERASED" if k == ERASED else "TARGET": v
-                                               for k, v in clean_holders.items()}},
+                    "erased_ids_outside_raw": {_subject_label(k): v for k, v in clean_holders.items()}},
         "checks": checks, "passed": all(checks.values()), "seconds": round(time.perf_counter() - started, 2),
         "child_stderr": proc.stderr.strip().splitlines()[-1:] if not killed else [],
     }
