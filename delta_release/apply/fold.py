@@ -46,12 +46,11 @@ class Columns:
 
     @classmethod
     def of(cls, tdef: TableDef) -> Columns:
-        if not (tdef.key and tdef.ordering and tdef.tombstone):
-            raise ValueError(f"table {tdef.name} has no key, ordering and tombstone: events cannot be applied")
-        roles = (tdef.key, tdef.ordering, tdef.tombstone, tdef.partition)
+        k = tdef.keyed()  # ConfigError for a table that is not keyed
+        roles = (k.key, k.ordering, k.tombstone, k.partition)
         values = tuple(c for c in tdef.columns if c not in roles)
-        order = [tdef.key, tdef.ordering, *values, tdef.tombstone, tdef.partition]
-        return cls(key=tdef.key, ordering=tdef.ordering, tombstone=tdef.tombstone, partition=tdef.partition,
+        order = [k.key, k.ordering, *values, k.tombstone, k.partition]
+        return cls(key=k.key, ordering=k.ordering, tombstone=k.tombstone, partition=k.partition,
                    values=values, schema=tuple((c, _POLARS_TYPES[tdef.columns[c]]) for c in order))
 
     @property
