@@ -8,6 +8,7 @@ import os
 import pty
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,8 +83,11 @@ def test_emit_drill_adds_the_keys_crash_lacked(capsys: pytest.CaptureFixture[str
 def _pty_run(args: list[str], cwd: Path) -> tuple[str, str]:
     """Run the CLI with stderr on a pseudo-terminal (stdout a pipe): (stdout, what the terminal saw)."""
     master, slave = pty.openpty()
+    # stdout to a file, not a pipe: a report larger than the pipe buffer (bucketed files, issue 14.2) would
+    # block the child while this loop waits for the terminal's EOF.
+    sink = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "delta_release", *args], cwd=cwd, env={**ENV, "COLUMNS": "120"},
-                            stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+                            stdout=sink, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     seen = b""
     while True:
@@ -94,8 +98,10 @@ def _pty_run(args: list[str], cwd: Path) -> tuple[str, str]:
         if not chunk:
             break
         seen += chunk
-    out = proc.stdout.read().decode() if proc.stdout else ""
     proc.wait(timeout=120)
+    sink.seek(0)
+    out = sink.read().decode()
+    sink.close()
     os.close(master)
     return out, seen.decode(errors="replace")
 
