@@ -466,7 +466,8 @@ def bench_writers(scale: Scale, skip: set[str]) -> dict[str, Any]:
             fig = (f"exit 0: {r['exit0']}/{n}; result = reference fold: {'yes' if r['equals_reference'] else 'NO'}; "
                    f"{tput or 0:.2f} commits/s ({r['exit0']} in {r['wall_s']:.1f} s)")
             if kind == "ours":
-                fig += f"; stale parents {r['stale_parents']}, max attempts {r['max_attempts']}"
+                fig += (f"; stale parents {r['stale_parents']} (rebased {r.get('rebased', 0)}, the rest rebuilt), "
+                        f"max attempts {r['max_attempts']}")
             if r["errors"]:
                 fig += "; failures: " + "; ".join(r["errors"])[:160]
             ratio = target = ""
