@@ -94,10 +94,13 @@ def _local_reader(base: str) -> Any:
     already read. Only a footer longer than the last two chunks is read again (by pread, just it)."""
 
     def read_local(rel: str) -> tuple[str, bytes, bytes, int, bytes | None]:
-        fd = os.open(os.path.join(base, rel), os.O_RDONLY)
+        fd = os.open(base + rel, os.O_RDONLY)
         try:
-            first = os.read(fd, CHUNK_BYTES)
-            nxt = os.read(fd, CHUNK_BYTES) if len(first) == CHUNK_BYTES else b""
+            # ask for the size + 1 (never a CHUNK_BYTES buffer for a tiny file: allocating it costs more
+            # than the read); a short read is the end of the file
+            want = min(CHUNK_BYTES, os.fstat(fd).st_size + 1)
+            first = os.read(fd, want)
+            nxt = os.read(fd, CHUNK_BYTES) if len(first) == want else b""
             if not nxt:  # the common case: the whole file in one read
                 return hashlib.sha256(first).hexdigest(), first, first, len(first), first
             digest = hashlib.sha256(first)
@@ -134,7 +137,7 @@ def inspect_files(storage: Storage, paths: list[str], *, keep_data: bool = False
     """FileFacts of each path, in order, computed on a thread pool of WORKERS threads.
 
     `keep_data` keeps the bytes of files that fit in one read chunk (None for larger ones)."""
-    read = _local_reader(str(storage.local_path())) if storage.is_local else _remote_reader(storage)
+    read = _local_reader(os.path.join(storage.local_path(), "")) if storage.is_local else _remote_reader(storage)
 
     def one(rel: str) -> FileFacts:
         digest, head, tail, size, data = read(rel)
