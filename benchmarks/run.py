@@ -642,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
         results["sections"][name]["run"] = {"command": results["command"], "started": time.strftime(
             "%Y-%m-%d %H:%M:%S %Z", time.localtime(time.time() - (time.perf_counter() - s0))),
             "load_average": [round(x, 2) for x in os.getloadavg()]}
+        # after every section, so a run killed later keeps what it measured (`--merge` continues it)
+        data_dir(scale).mkdir(parents=True, exist_ok=True)
+        (data_dir(scale) / "results.json").write_text(json.dumps({**results, "total_seconds": round(
+            time.perf_counter() - t0, 1), "partial": True}, indent=2, default=str))
     results["total_seconds"] = round(time.perf_counter() - t0, 1)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     out_dir = data_dir(scale)

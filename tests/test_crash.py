@@ -110,10 +110,9 @@ def test_erased_id_scan_reads_parquet_and_skips_raw(tmp_path: Path) -> None:
     assert erased_id_holders(tmp_path / "lake", allow_disallowed=False) == {}
 
 
-# Checks known to fail: a release run killed after its ship commit and before the catalog moved is not
-# recovered (its commit says publication "deferred", so no writer publishes it, and the rerun sees its batches
-# as applied and holds). Remove the entries when that is fixed: the strict xfail below then turns red.
-KNOWN_OPEN = ("run:rerun_", "run:reads_same_after_cleanup")
+# Checks known to fail (none since issue 13 items 1 and 2 landed); add an entry, with a strict xfail on
+# test_subset_passes_whole, only for a regression someone is fixing.
+KNOWN_OPEN: tuple[str, ...] = ()  # issue 13 items 1 and 2 landed (wip-quarantine, wip-release)
 
 
 def _open(check: str) -> bool:
@@ -153,7 +152,6 @@ def test_subset_kills_every_writer_and_keeps_the_invariants(subset_result: dict[
     assert by[("vacuum", "vacuum.after_first_remove")]["observed"]["state"] == "before"
 
 
-@pytest.mark.xfail(strict=True, reason="a run killed after its ship commit is not recovered (issue 13, open)")
 def test_subset_passes_whole(subset_result: dict[str, object]) -> None:
     assert subset_result["passed"], [k for k, ok in subset_result["checks"].items() if not ok]  # type: ignore[union-attr]
 

@@ -20,6 +20,12 @@ def test_conflict_drill_passes_with_the_contract_fields(tmp_path) -> None:  # ty
     assert (out["rebuilt"]["parent"], out["rebuilt"]["version"]) == (42, 43)
     assert out["order_present"] is False
     assert out["higher_position_case"]["order_present"] is True
+    # a release run staged on the same parent loses the race: refused, held, nothing of it in the log
+    run = out["release_run_case"]
+    assert run["ship"] == {"error": "StaleParentError", "expected": run["parent"], "found": run["parent"] + 1}
+    assert run["latest"] == run["parent"] + 1 and run["log_unchanged_by_hold"] is True
+    assert run["discarded_files"] >= 1 and run["order_present"] is False
+    assert run["staged_files_referenced"] == [] and run["staged_files_left_on_storage"] == []
     # a second run wipes its own scratch lake and passes again
     again = CliRunner().invoke(cli, ["--lake", str(tmp_path / "scratch"), "--json", "drill", "conflict"])
     assert again.exit_code == 0

@@ -177,7 +177,7 @@ def test_status_shows_the_held_run(held) -> None:  # type: ignore[no-untyped-def
     assert out.exit_code == 0, out.output
     s = json.loads(out.stdout)
     orders = next(t for t in s["tables"] if t["table"] == "orders")
-    # a HOLD commits nothing (issue 13): the log stays at the published version
+    # a HOLD commits nothing (issue 13, item 1): the log is as before the run, nothing awaits publication
     assert orders["published"]["version"] == 0 and orders["latest"]["version"] == 0
     assert orders["unpublished_count"] == 0 and orders["unpublished"] == []
     assert s["last_run"]["decision"] == "hold" and s["last_run"]["packet"] == json.loads(res.stdout)["packet"]

@@ -254,7 +254,7 @@ def test_vacuum_reports_and_removes_temp_files_and_erase_sweeps_them(tmp_path: P
     assert _temps(root) == []
     assert _killed_ingest(root, batch, "storage.after_temp:_raw").returncode == -signal.SIGKILL
     assert len(_temps(root)) == 1
-    report = lake.erase(X, force=True)  # X only ever reached a killed write: unseen, so forced
+    report = lake.erase(X, force=True)  # X reached no raw batch (the write was killed)
     assert len(report.temp_files_removed) == 1 and _temps(root) == []
     assert files_holding(root, X, skip=("_raw/", "orders/")) == []
 

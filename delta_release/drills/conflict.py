@@ -6,6 +6,11 @@ the same parent. B commits 42. A's commit is refused with StaleParentError (expe
 reloads 42, re-applies its events (the tombstone now blocks the correction), rebuilds and commits 43. X
 stays absent and none of A's stale files is referenced by any version. A second case gives A's correction
 a higher position than the delete: after the rebuild, X is present with A's amount.
+
+A third case races a release run (issue 13): the run stages a correction of X on the latest version
+without committing; writer B deletes X and commits; the run's ship is refused (stale parent), so it
+HOLDs and discards its candidate. The Delta log then holds B's commit and nothing of the run, X stays
+absent, and none of the run's staged files exists or is referenced by any version.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from ..contract import decode_batch
 from ..errors import StaleParentError
 from ..ingest import commit_candidate, prepare_candidate
 from ..lake import Lake
+from ..release.candidate import hold, receive, ship, stage_run
 from .scratch import prepare_scratch
 
 ORDER_X = "ord-x"
@@ -106,6 +112,43 @@ def _case(lake: Lake, *, a_position: int, b_position: int) -> dict[str, Any]:
     }
 
 
+def _log_files(lake: Lake) -> dict[str, bytes]:
+    store = lake.table_storage("orders")
+    return {o.path: store.read_bytes(o.path) for o in store.list("_delta_log/") if o.path.endswith(".json")}
+
+
+def _run_case(lake: Lake, *, run_position: int, b_position: int) -> dict[str, Any]:
+    """A release run staged on the latest version loses the race to writer B's delete of X."""
+    parent = lake.latest_version("orders")
+    assert parent is not None
+    batch = b"".join(json.dumps(e).encode() + b"\n" for e in [_up(ORDER_X, run_position, 5555, 47)])
+    candidate = stage_run(lake, [receive(lake, batch)], run_id="drill-conflict-run")
+    staged_paths = {f.path for f in candidate.staged.staged_files}
+    b_events = _events([{"schema_version": 3, "order_id": ORDER_X, "position": b_position, "kind": "delete"}])
+    prep_b = prepare_candidate(lake, b_events, parent=parent, batch_ids=["drill-writer-b-run"],
+                               operation="drill-conflict-b")
+    b_version = commit_candidate(lake, prep_b)
+    lake.publish_version("orders", b_version, digest=prep_b.evidence.digest)
+    log_before_ship = _log_files(lake)
+    refused: dict[str, Any] = {"error": None}
+    discarded: dict[str, Any] = {}
+    try:
+        ship(candidate)
+    except StaleParentError as exc:
+        refused = {"error": type(exc).__name__, "expected": exc.expected, "found": exc.found}
+        discarded = hold(candidate)
+    store = lake.table_storage("orders")
+    return {
+        "parent": parent, "committed": {"writer": "B", "version": b_version}, "ship": refused,
+        "discarded_files": len(discarded.get("files", [])),
+        "log_unchanged_by_hold": _log_files(lake) == log_before_ship,
+        "latest": lake.latest_version("orders"),
+        "order_present": ORDER_X in set(lake.read()["order_id"].to_list()),
+        "staged_files_referenced": _referenced_anywhere(lake, staged_paths),
+        "staged_files_left_on_storage": sorted(p for p in staged_paths if store.exists(p)),
+    }
+
+
 def run_conflict_drill(uri: str) -> dict[str, Any]:
     path = prepare_scratch(uri)
     lake = Lake.create(path)
@@ -115,6 +158,9 @@ def run_conflict_drill(uri: str) -> dict[str, Any]:
     # The second case starts from the first one's end (X tombstoned at 1001): B's delete at 2000 and A's
     # correction at 2001 race again on one parent; A's higher position must re-create X.
     second = _case(lake, a_position=2001, b_position=2000) if first["order_present"] is False else None
+    # The third case starts from the second one's end (X present at 2001): a release run's correction at
+    # 3001 is staged; B's delete at 3000 commits first on the same parent, so the run must hold.
+    run = _run_case(lake, run_position=3001, b_position=3000) if second is not None else None
     checks = {
         "snapshot_41_by_41_commits": built == PARENT,
         "b_committed_42": first["committed"]["version"] == PARENT + 1,
@@ -131,7 +177,14 @@ def run_conflict_drill(uri: str) -> dict[str, Any]:
         and second["order_amount"] == 9999 and second["stale"]["error"] == "StaleParentError",
         "second_case_stale_files_never_referenced": second is not None
         and not second["stale_files_referenced"],
+        "release_run_refused_stale_parent": run is not None and run["ship"]["error"] == "StaleParentError"
+        and run["ship"]["found"] == run["committed"]["version"] == run["latest"],
+        "release_run_hold_left_log_unchanged": run is not None and run["log_unchanged_by_hold"]
+        and run["discarded_files"] > 0,
+        "release_run_deleted_order_absent": run is not None and run["order_present"] is False,
+        "release_run_staged_files_gone": run is not None and not run["staged_files_referenced"]
+        and not run["staged_files_left_on_storage"],
     }
     return {"drill": "conflict", "lake": str(path), "passed": all(checks.values()), "checks": checks,
             **{k: first[k] for k in ("parent", "committed", "stale", "rebuilt", "order_present")},
-            "evidence": first, "higher_position_case": second}
+            "evidence": first, "higher_position_case": second, "release_run_case": run}

@@ -75,6 +75,7 @@ SQLITE_HOOK = "catalog.in_transaction"
 TEMP_PREFIX = "storage.after_temp:"
 ERASED = "ord-erased-77"  # erased in every base lake, before the killed command
 TARGET = "ord-target-55"  # what the killed `erase` erases
+ROLLBACK_ERASED = ("ord-04", "ord-05")  # erased before the killed rollback: it must rewrite days 10 and 11
 PACKAGE = Path(__file__).resolve().parent.parent
 
 BEFORE, COMPLETED, OTHER = "before", "completed", "OTHER"
@@ -196,6 +197,16 @@ def _setup_applied(lake_dir: Path, scene: Scene) -> None:
     lake.ingest(CRASH_BATCH)
 
 
+def _setup_rollback(lake_dir: Path, scene: Scene) -> None:
+    """The batch applied, then two orders of the target version erased (days 10 and 11): the rollback
+    to the version before the batch exposes them, so --repair-forward rewrites two partitions (staged,
+    gated) and re-adds the other files; a plain restore would stage nothing."""
+    _setup_applied(lake_dir, scene)
+    lake = Lake.open(lake_dir)
+    for order_id in ROLLBACK_ERASED:
+        lake.erase(order_id)
+
+
 def _setup_vacuum(lake_dir: Path, scene: Scene) -> None:
     _setup_applied(lake_dir, scene)
     lake = Lake.open(lake_dir)
@@ -289,9 +300,11 @@ def _run_points() -> tuple[CrashPoint, ...]:
     `ingest.after_commit`/`after_publish` belong to `write()` and never fire in a run. A reader sees the
     state before the run at every point: nothing is published until the catalog moves."""
     return (_p(TEMP_PREFIX + "_raw", "run: a batch's raw copy written to its temp file, not renamed"),
+            _p("ingest.after_raw", "run: a batch's raw copy kept, nothing staged"),
             _p("ingest.after_staging", "run: the candidate staged, not gated"),
             _p("ingest.after_gate", "run: the candidate gated, its quarantine not written"),
             _p(TEMP_PREFIX + "_quarantine", "run: a quarantine ledger in its temp file, not renamed"),
+            _p("ingest.after_quarantine", "run: the candidate's quarantine ledgers written, checks not run"),
             _p("run.after_stage", "run: the candidate of all batches staged and gated, checks not run"),
             _p("run.before_ship_commit", "run: SHIP decided, its commit not made"),
             _p("commit.during", "run: during the ship's Delta commit (watchdog at 3 ms)", delay=0.003),
@@ -317,8 +330,8 @@ WRITERS: tuple[Writer, ...] = (
                    _p(TEMP_PREFIX + "_erasure", "the ledger entry written to its temp file, not renamed"),
                    *_generic(staged=True, several_files=False)),
            subset=("ingest.after_commit", "erase.after_ledger")),
-    Writer(name="rollback", summary="rollback --repair-forward to the version before the batch",
-           table="orders", setup=_setup_applied,
+    Writer(name="rollback", summary="rollback --repair-forward to the version before the batch (two of its"
+           " orders erased since)", table="orders", setup=_setup_rollback,
            argv=lambda lake, s: ["rollback", "--to", str(s.values["before_batch"]), "--repair-forward"],
            points=_generic(staged=True, several_files=True), subset=("commit.during@3ms",)),
     Writer(name="vacuum", summary="vacuum --apply (erased-subject files and an old orphan)", table="orders",
@@ -564,6 +577,13 @@ def disallowed_files(lake: Lake, table: str = "orders") -> set[str]:
     return out
 
 
+def _subject_label(order_id: str) -> str:
+    """The drill's name for an erased id (ids of erased subjects are never printed)."""
+    if order_id in ROLLBACK_ERASED:
+        return f"ROLLBACK_ERASED[{ROLLBACK_ERASED.index(order_id)}]"
+    return "ERASED" if order_id == ERASED else "TARGET"
+
+
 def erased_id_holders(lake_dir: Path, *, allow_disallowed: bool) -> dict[str, list[str]]:
     """id -> files under the lake outside `_raw/` holding it (all of them read), minus, when
     `allow_disallowed`, data files of versions that are not allowed (vacuum removes those)."""
@@ -622,7 +642,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
         "published_version": pub_version, "latest_version": latest, "committed": latest > pub_version,
         "staged_orphans": len(orphans), "temp_files": temp_files(lake_dir),
         "quarantine_written": q_rows is not None,
-        "erased_ids_outside_raw": {"ERASED" if k == ERASED else "TARGET": v for k, v in holders.items()},
+        "erased_ids_outside_raw": {_subject_label(k): v for k, v in holders.items()},
     }
     checks = {
         "killed": killed,
@@ -669,8 +689,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
         "delay_s": point.delay, "expect": sorted(point.expect), "observed": observed,
         "rerun": {"exit_code": code, "error": (out.get("error") or {}).get("type")},
         "cleanup": {"by": how, "removed": removed, "temp_files_left": left_temp,
-                    "erased_ids_outside_raw": {"ERASED" if k == ERASED else "TARGET": v
-                                               for k, v in clean_holders.items()}},
+                    "erased_ids_outside_raw": {_subject_label(k): v for k, v in clean_holders.items()}},
         "checks": checks, "passed": all(checks.values()), "seconds": round(time.perf_counter() - started, 2),
         "child_stderr": proc.stderr.strip().splitlines()[-1:] if not killed else [],
     }

@@ -67,10 +67,22 @@ def receive(lake: LakeContext, source: bytes | FileBatch | BytesBatch) -> RunBat
     data = as_batch(source)
     decoded, batch_id = data.decoded, data.batch_id
     data.store(lake.raw, received=lake.clock.now())
+    crash_point("ingest.after_raw")  # the name ingest uses for the same step
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
     return RunBatch(data=data, decoded=decoded, report=report)
+
+
+def _counts_from_ledger(lake: LakeContext, b: RunBatch) -> None:
+    """A batch already applied: what its quarantine says (conflicts and erased subjects found when it was
+    applied included), so the run's reconciliation reads the same counts as the ledger."""
+    if not lake.quarantine.has(b.batch_id):
+        return
+    reasons = lake.quarantine.rows(b.batch_id)["reason"].to_list()
+    b.report.quarantined = len(reasons)
+    b.report.accepted = b.decoded.extracted - len(reasons)
+    b.report.reasons = {r: reasons.count(r) for r in sorted(set(reasons))}
 
 
 class RunPlan(Plan):
@@ -84,8 +96,9 @@ class RunPlan(Plan):
         done = applied_batches(self.lake, ctx.name)
         todo: list[tuple[RunBatch, pl.DataFrame, list[Reject]]] = []
         for b in self.batches:
-            if b.batch_id in done:
+            if b.batch_id in done:  # applied by a committed version: its counts are those of its ledger
                 b.report.duplicate = True
+                _counts_from_ledger(self.lake, b)
                 continue
             done.add(b.batch_id)  # a batch given twice in one run is applied once
             events, blocked = _erasure_filter(self.lake, b.decoded)
@@ -153,6 +166,7 @@ def stage_run(lake: LakeContext, batches: list[RunBatch], *, run_id: str, table:
     try:
         for b in plan.applied:
             lake.quarantine.write(b.batch_id, b.rejects, lake.erasures.subject_key, b.data)
+            crash_point("ingest.after_quarantine")
         snapshot = staged_snapshot(ctx, staged)
     except BaseException:
         discard(ctx, staged)

@@ -92,12 +92,13 @@ def _decision(packet: dict[str, Any]) -> str:
         pub = snap.get("published_version")
         lines = ["Held because " + "; ".join(f"<b>{_e(r.split(':', 1)[0])}</b>:{_e(r.split(':', 1)[1])}"
                                             for r in packet.get("reasons", [])) + "."]
-        candidate = (f"The candidate was version {_e(snap['version'])}." if snap.get("version") is not None else
-                     f"The candidate, staged on version {_e(snap.get('parent'))}, was discarded: nothing was"
-                     " committed.")
-        lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b> (generation "
-                     f"<b>{_e(snap.get('published_generation'))}</b>). {candidate}")
-    version = snap["version"] if snap.get("version") is not None else "none (not committed)"
+        gone = packet.get("discarded") or {}
+        lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b>"
+                     f" (generation <b>{_e(snap.get('published_generation'))}</b>). Nothing was committed: the"
+                     f" candidate staged on version {_e(snap.get('parent'))} was discarded"
+                     f" ({_e(len(gone.get('files', [])))} file(s), {_e(gone.get('rows', 0))} row(s));"
+                     " the Delta log is as it was before the run.")
+    version = snap["version"] if snap["version"] is not None else f"none (staged on {snap.get('parent')}, discarded)"
     snapshot = (f'<p id="snapshot">Snapshot: table <code>{_e(snap["table"])}</code>, Delta version'
                 f' <code>{_e(version)}</code>, catalog generation'
                 f' <code>{_e(snap["generation"] if snap["generation"] is not None else "none (not published)")}'
