@@ -10,7 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delta_release.external.filecheck import LazyStats, SchemaCheck, footer_stats_json, inspect_files
+from delta_release.external.filecheck import (
+    WORKERS,
+    LazyStats,
+    SchemaCheck,
+    footer_stats_json,
+    inspect_files,
+    threads_for,
+)
 from delta_release.stage.candidate import footer_stats
 from delta_release.storage import Storage
 
@@ -31,7 +38,8 @@ def test_footer_stats_json_equals_the_reference(rows: int, group: int, nulls: bo
     assert footer_stats_json(meta, SCHEMA.names) == footer_stats(meta) is not None
 
 
-def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("total_bytes", [None, 1 << 40])  # small files: one thread; "large": the pool
+def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path, total_bytes: int | None) -> None:
     paths = []
     for i in range(40):  # enough for the thread pool and several chunks
         rel = f"hour=07/f-{i:03d}.parquet"
@@ -41,7 +49,9 @@ def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path) -> N
         else:
             pq.write_table(table(i + 1), tmp_path / rel)
         paths.append(rel)
-    facts = list(inspect_files(Storage(str(tmp_path)), paths))
+    storage = Storage(str(tmp_path))
+    assert threads_for(storage, len(paths), total_bytes) == (1 if total_bytes is None else WORKERS)
+    facts = list(inspect_files(storage, paths, total_bytes=total_bytes))
     assert [f.path for f in facts] == paths
     for f in facts:
         data = (tmp_path / f.path).read_bytes()
