@@ -9,6 +9,7 @@ interleaved, so a machine that is busy with other work slows all three alike; th
 to read.
 
     python -m benchmarks.bench_gate LAKE MANIFEST
+    python -m benchmarks.bench_gate build LAKE FILES ROWS
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from typing import Any
 from ._common import emit
 
 
-def build(lake_path: Path, files: int, hour: int = 7) -> Path:
-    """A lake whose telemetry table holds one hour of `files` files; returns the manifest path."""
+def build(lake_path: Path, files: int, hour: int = 7, rows: int = 4) -> Path:
+    """A lake whose telemetry table holds one hour of `files` files of `rows` records; returns the
+    manifest path. (`python -m benchmarks.bench_gate build LAKE FILES ROWS` builds one by hand, e.g.
+    large files: 40 files of 500,000 rows.)"""
     from delta_release.external.producer import produce_hour, upload, write_manifest
     from delta_release.external.publish import ensure_table
 
@@ -32,7 +35,7 @@ def build(lake_path: Path, files: int, hour: int = 7) -> Path:
 
     lake = create_lake(lake_path)
     ensure_table(lake, "telemetry")
-    manifest, objects = produce_hour(hour, f"bench-{files}", files=files, rows=4)
+    manifest, objects = produce_hour(hour, f"bench-{files}", files=files, rows=rows)
     upload(lake.table_storage("telemetry"), objects)
     return write_manifest(lake_path / "manifest.json", manifest)
 
@@ -88,4 +91,7 @@ def hash_floor(paths: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["build"]:
+        print(build(Path(sys.argv[2]), int(sys.argv[3]), rows=int(sys.argv[4])))
+    else:
+        main(sys.argv[1:])

@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover
 
 WORKERS = max(2, min(4, os.cpu_count() or 2))  # hashlib and the footer decoder release the GIL
 CHUNK = 64  # paths per task
-CHUNK_BYTES = 4 << 20  # bytes per read: a large file is hashed as it streams, never held whole
+CHUNK_BYTES = 8 << 20  # bytes per read: a large file is hashed as it streams, never held whole
 MAGIC = b"PAR1"
 PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread pool pays
 
@@ -114,12 +114,15 @@ def _local_reader(base: str) -> Any:
                 digest.update(block)
                 prev, last = last, block
                 size += len(block)
-            tail = prev + last
             try:
-                need = _footer_span(tail, size) + 8
+                need = _footer_span((prev[-8:] + last)[-8:], size) + 8
             except FooterError:
-                need = 0
-            if need > len(tail):  # a footer larger than two chunks: read just it
+                return digest.hexdigest(), head, (prev[-8:] + last)[-8:], size, None
+            if need <= len(last):  # copy only the footer, never the chunks
+                tail = last[-need:]
+            elif need <= len(last) + len(prev):
+                tail = prev[len(prev) + len(last) - need:] + last
+            else:  # a footer larger than two chunks: read just it
                 tail = os.pread(fd, need, size - need)
             return digest.hexdigest(), head, tail, size, None
         finally:
