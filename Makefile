@@ -31,12 +31,12 @@ test: $(STAMP)
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'conformance_full or long'
 
-# The decode and hostile-input properties with thousands of random examples each (FUZZ_EXAMPLES=3000);
+# The decode, hostile-input and apply properties with thousands of random examples each (FUZZ_EXAMPLES=3000);
 # `make test` runs the same properties derandomized. Pin what this finds with @example.
 FUZZ_EXAMPLES ?= 3000
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/test_decode_paths.py tests/test_stream.py tests/test_hostile.py
+		tests/test_decode_paths.py tests/test_stream.py tests/test_hostile.py tests/test_apply.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check delta_release tests

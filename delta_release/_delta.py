@@ -262,22 +262,42 @@ def file_uris(uri: str, options: dict[str, str], version: int) -> list[str]:
     return list(_open(uri, options, version).file_uris())
 
 
-def history(uri: str, options: dict[str, str], limit: int | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitRecord:
+    """One commit of a table's Delta log, as `history` returns it."""
+
+    version: int
+    timestamp: int  # commit time, ms since the epoch (0 when the log has none)
+    operation: str | None  # Delta's operation name (WRITE, DELETE, ...)
+    evidence: dict[str, Any] | None  # our commit evidence (decoded JSON), None for a commit not ours
+
+
+def history(uri: str, options: dict[str, str], limit: int | None = None) -> list[CommitRecord]:
     """Commits newest first: version, timestamp, operation and our evidence (decoded) when present."""
     out = []
     for entry in _open(uri, options).history(limit):
         raw = entry.get(METADATA_KEY)
-        out.append({
-            "version": int(entry["version"]),
-            "timestamp": int(entry.get("timestamp", 0)),
-            "operation": entry.get("operation"),
-            "evidence": json.loads(raw) if isinstance(raw, str) else None,
-        })
+        op = entry.get("operation")
+        out.append(CommitRecord(version=int(entry["version"]), timestamp=int(entry.get("timestamp", 0)),
+                                operation=None if op is None else str(op),
+                                evidence=json.loads(raw) if isinstance(raw, str) else None))
     return out
 
 
 def partition_columns_at(uri: str, options: dict[str, str], version: int) -> list[str]:
     return list(_open(uri, options, version).metadata().partition_columns)
+
+
+def timestamp_partition_columns(uri: str, options: dict[str, str], version: int) -> dict[str, str]:
+    """Partition columns of Delta type `timestamp` (an instant; not `timestamp_ntz`): logical name -> the
+    key the log's partitionValues use for it (the physical name under column mapping)."""
+    handle = _open(uri, options, version)
+    parts = set(handle.metadata().partition_columns)
+    out: dict[str, str] = {}
+    for f in handle.schema().fields:
+        if f.name in parts and getattr(f.type, "type", None) == "timestamp":
+            out[f.name] = str(f.metadata.get("delta.columnMapping.physicalName", f.name))
+    return out
 
 
 def arrow_schema(uri: str, options: dict[str, str], version: int | None = None) -> pa.Schema:

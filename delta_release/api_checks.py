@@ -67,20 +67,20 @@ def nearest_hint(lake: Lake, table: str, version: int) -> str:
     return "" if v is None else f"; the nearest readable version is {v}"
 
 
-def require_seen(lake: Lake, order_id: str, table: str) -> None:
+def require_seen(lake: Lake, subject_id: str, table: str) -> None:
     """Refuse to erase an id this lake never saw (not in the ledger, the latest version or any raw batch)."""
     from .erasure.pending import raw_batches_holding
 
-    if lake.erasures.get(lake.erasures.subject_key(order_id)) is not None:
+    if lake.erasures.get(lake.erasures.subject_key(subject_id)) is not None:
         return
     key = lake.table_def(table).key
     latest = lake.latest_version(table)
     if key and latest is not None:
         hits = (_delta.scan(lake.table_uri(table), lake.options, latest)
-                .filter(pl.col(key) == order_id).select(pl.len()).collect().item())
+                .filter(pl.col(key) == subject_id).select(pl.len()).collect().item())
         if hits:
             return
-    if raw_batches_holding(lake, order_id):
+    if raw_batches_holding(lake, subject_id):
         return
     raise UnknownSubjectError(
         f"this lake never saw that id in {table} (no row in version {latest}, no raw batch names it); erasing it"

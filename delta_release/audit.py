@@ -80,9 +80,9 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     rows = query.select(pl.len()).collect().item()
     from_candidates = 0
     for path in candidate_paths:
-        t = pq.read_table(store.open_input(path), columns=["deleted"] if table == "orders" else None)
-        from_candidates += (t.num_rows - int(pc.sum(t["deleted"]).as_py() or 0)
-                            if table == "orders" else t.num_rows)
+        tomb = tdef.tombstone  # tombstone rows are not current: the gateway's view leaves them out
+        t = pq.read_table(store.open_input(path), columns=[tomb] if tomb else None)
+        from_candidates += t.num_rows - (int(pc.sum(t[tomb]).as_py() or 0) if tomb else 0)
     if rows != from_candidates:
         raise DeltaReleaseError(
             f"audit cross-check failed: Polars returned {rows} rows, the candidate files hold {from_candidates}",

@@ -34,16 +34,16 @@ def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
     out: list[HistoryEntry] = []
     erasures = lake.erasures.entries()
     for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
-        ev = CommitEvidence.from_json(entry["evidence"]) if entry["evidence"] is not None else None
-        exposing = exposing_entries(lake, table, entry["version"], entries=erasures)
+        ev = CommitEvidence.from_json(entry.evidence) if entry.evidence is not None else None
+        exposing = exposing_entries(lake, table, entry.version, entries=erasures)
         row: HistoryEntry = {
-            "version": entry["version"],
-            "timestamp": entry["timestamp"],
-            "operation": (ev.operation if ev else None) or str(entry["operation"]),
+            "version": entry.version,
+            "timestamp": entry.timestamp,
+            "operation": (ev.operation if ev else None) or str(entry.operation),
             "batch_ids": ev.batch_ids if ev else [],
             "files_added": len(ev.files) if ev else 0,
             "files_removed": len(ev.removed) if ev else 0,
-            "generations": generations.get(entry["version"], []),
+            "generations": generations.get(entry.version, []),
             "allowed": not exposing,
             "erased_subjects": len(exposing),
         }

@@ -60,8 +60,8 @@ def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
         return batches.all(upto=latest)
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        if entry["evidence"] is not None:
-            out.update(CommitEvidence.from_json(entry["evidence"]).batch_ids)
+        if entry.evidence is not None:
+            out.update(CommitEvidence.from_json(entry.evidence).batch_ids)
     return out
 
 
@@ -76,14 +76,15 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
     erased = lake.erasures.erased_subjects()
     if not erased or decoded.events.height == 0:
         return decoded.events, []
-    keys = decoded.events["order_id"].unique().to_list()
+    key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
+    keys = decoded.events[key].unique().to_list()
     blocked = [k for k in keys if lake.erasures.subject_key(k) in erased]
     if not blocked:
         return decoded.events, []
-    mask = pl.col("order_id").is_in(blocked)
+    mask = pl.col(key).is_in(blocked)
     rejects = [Reject(line=int(line), reason=Reason.ERASED_SUBJECT, detail="the subject of this event is erased",
                       raw=None, order_id=oid)
-               for oid, line in decoded.events.filter(mask).select("order_id", "line").iter_rows()]
+               for oid, line in decoded.events.filter(mask).select(key, "line").iter_rows()]
     return decoded.events.filter(mask.not_()), rejects
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -96,9 +95,13 @@ class Lake(LakeContext):
         return lake
 
     @classmethod
-    def create(cls, uri: str | os.PathLike[str] = "lake", **kw: Any) -> Lake:
-        """Open the lake at `uri`, creating it when the URI holds none (`Lake.open(uri, create=True)`)."""
-        return cls.open(uri, create=True, **kw)
+    def create(cls, uri: str | os.PathLike[str] = "lake", *, storage_options: dict[str, str] | None = None,
+               clock: Clock | None = None, tables_dir: Path | None = None, catalog: Catalog | None = None,
+               freshness: str = "refresh") -> Lake:
+        """Open the lake at `uri`, creating it when the URI holds none (`Lake.open(uri, create=True)`); the
+        keyword arguments are `Lake.open`'s."""
+        return cls.open(uri, storage_options=storage_options, clock=clock, tables_dir=tables_dir, catalog=catalog,
+                        freshness=freshness, create=True)
 
     def recover_publication(self, name: str) -> Publication | None:
         """Publish a commit of ours that landed but whose catalog update was interrupted; returns the

@@ -4,7 +4,7 @@ config (`retention:` in config/release.yaml). Change them here and nowhere else.
 - raw batches are kept RAW_RETENTION_DAYS after they are received (they hold erased subjects until then);
 - backups taken before an erasure live BACKUP_EXPIRY_DAYS;
 - vacuum keeps the newest RETAIN_VERSIONS versions and every version committed within
-  REPLAY_HORIZON_HOURS (the config spells it `replay_horizon_days` = hours / 24);
+  REPLAY_HORIZON_HOURS (`vacuum --replay-horizon-hours`; the release run never vacuums);
 - files in no version at all (a killed writer's staged files) go after ORPHAN_GRACE_HOURS.
 """
 
@@ -15,4 +15,3 @@ BACKUP_EXPIRY_DAYS = 35.0
 RETAIN_VERSIONS = 10
 REPLAY_HORIZON_HOURS = 168.0
 ORPHAN_GRACE_HOURS = 1.0
-REPLAY_HORIZON_DAYS = REPLAY_HORIZON_HOURS / 24

@@ -26,6 +26,16 @@ _KEYS = {"name", "kind", "key", "ordering", "tombstone", "partition", "columns",
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KeyedColumns:
+    """The column names a keyed (event-applied) table plays its roles with, all from its definition."""
+
+    key: str  # one current row per key value (the erasure subject)
+    ordering: str  # the source position that orders a key's events
+    tombstone: str  # true on a delete kept as a row
+    partition: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TableDef:
     name: str
     kind: str  # "delta" (we apply events) or "external" (producer manifests)
@@ -35,6 +45,16 @@ class TableDef:
     ordering: str | None = None  # the source-position column that orders a key's events
     tombstone: str | None = None  # the boolean column marking a delete kept as a row (hidden by current views)
     location: str | None = None  # relative to the lake root, or an absolute URI; default: the name
+
+    def keyed(self) -> KeyedColumns:
+        """The key, ordering, tombstone and partition column names; a ConfigError when the definition lacks
+        one (an external table has no key): generic code asks here instead of naming a table's columns."""
+        if self.key is None or self.ordering is None or self.tombstone is None:
+            missing = [n for n, v in (("key", self.key), ("ordering", self.ordering), ("tombstone", self.tombstone))
+                       if v is None]
+            raise ConfigError(f"table {self.name!r} is not keyed: its definition has no {', '.join(missing)}",
+                              file=f"table_defs/{self.name}.yaml", key=missing[0])
+        return KeyedColumns(key=self.key, ordering=self.ordering, tombstone=self.tombstone, partition=self.partition)
 
     def arrow_schema(self) -> pa.Schema:
         """Full schema, partition column last (as Delta and hive paths present it)."""

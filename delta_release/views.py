@@ -32,10 +32,16 @@ def current_columns(tdef: TableDef) -> list[str]:
     return ([tdef.key] if tdef.key else []) + rest
 
 
+def live_rows(lf: pl.LazyFrame, tdef: TableDef) -> pl.LazyFrame:
+    """Every row that is not a tombstone, all columns kept (no sort); a table without a tombstone column
+    is returned as it is."""
+    return lf if tdef.tombstone is None else lf.filter(pl.col(tdef.tombstone).not_())
+
+
 def current_rows(lf: pl.LazyFrame, tdef: TableDef) -> pl.LazyFrame:
     """The current view of a table's rows: tombstones filtered out, sorted by key. A table without a
     tombstone column (external, registered) is returned as it is."""
     if tdef.tombstone is None:
         return lf
-    out = lf.filter(pl.col(tdef.tombstone).not_()).select(current_columns(tdef))
+    out = live_rows(lf, tdef).select(current_columns(tdef))
     return out.sort(tdef.key) if tdef.key else out

@@ -57,14 +57,23 @@ def rows(frame: pl.DataFrame, skip: list[str] | None = None) -> list[str]:
                   for r in frame.to_dicts())
 
 
-def expected_rows(table_dir: Path) -> pl.DataFrame | None:
-    """Spark's expected rows for the latest version (delta-kernel-rs golden tables), if shipped."""
+def expected_rows(table_dir: Path, writer_zones: dict[str, str] | None = None) -> pl.DataFrame | None:
+    """Spark's expected rows for the latest version (delta-kernel-rs golden tables), if shipped.
+
+    `writer_zones` (column -> IANA zone): a timestamp partition column whose log values name no zone holds
+    the wall clock of the writer's session zone; Spark's expected instant is turned back into that wall
+    clock read as UTC, the reading the gateway decided on (delta_release/register/timestamps.py)."""
     files = sorted((table_dir.parent / "expected").glob("*.parquet")) if table_dir.name == "delta" else []
     if not files:
         return None
     tables = [pq.read_table(f, coerce_int96_timestamp_unit="us") for f in files]
     frames = [pl.from_arrow(t) for t in tables]
-    return pl.concat([f for f in frames if isinstance(f, pl.DataFrame)], how="diagonal_relaxed")
+    out = pl.concat([f for f in frames if isinstance(f, pl.DataFrame)], how="diagonal_relaxed")
+    for col, zone in (writer_zones or {}).items():
+        utc = pl.col(col).dt.replace_time_zone("UTC") if out.schema[col].time_zone is None else pl.col(col)  # type: ignore[union-attr]
+        out = out.with_columns(utc.dt.convert_time_zone(zone).dt.replace_time_zone(None)
+                               .dt.replace_time_zone("UTC").alias(col))
+    return out
 
 
 @dataclass
@@ -73,6 +82,7 @@ class Outcome:
     registered: bool = False
     refused: str | None = None  # the refusal reason when register exits 3
     reads: dict[str, str] = field(default_factory=dict)  # "v<N>/<engine>" -> match | refused: ... | MISMATCH ...
+    ambiguous: list[str] = field(default_factory=list)  # register's ambiguous_timestamp_partition columns
 
     @property
     def failures(self) -> list[str]:
@@ -85,9 +95,10 @@ def versions_to_read(path: Path, latest: int, limit: int = 3) -> list[int]:
     return sorted(v for v in picks if v <= latest)[-limit:]
 
 
-def _reference(path: Path, version: int, latest: int, skip: list[str]) -> tuple[list[str] | None, str]:
+def _reference(path: Path, version: int, latest: int, skip: list[str],
+               writer_zones: dict[str, str] | None = None) -> tuple[list[str] | None, str]:
     if version == latest:
-        spark = expected_rows(path)
+        spark = expected_rows(path, writer_zones)
         if spark is not None:
             return rows(spark, skip), "spark"
     answers = []
@@ -102,7 +113,8 @@ def _reference(path: Path, version: int, latest: int, skip: list[str]) -> tuple[
 
 
 def run_table(path: Path, lake_dir: Path, *, engines: tuple[str, ...] = ("polars", "duckdb"),
-              versions: list[int] | None = None, skip_columns: list[str] | None = None) -> Outcome:
+              versions: list[int] | None = None, skip_columns: list[str] | None = None,
+              writer_zones: dict[str, str] | None = None) -> Outcome:
     """Register and read `path`; `versions` None: a few pinned versions, []: the latest only."""
     out = Outcome(table=path.parent.name if path.name == "delta" else path.name)
     lake = dr.Lake.create(lake_dir)
@@ -115,11 +127,12 @@ def run_table(path: Path, lake_dir: Path, *, engines: tuple[str, ...] = ("polars
         out.refused = f"exit {exc.exit_code}: {exc.message[:120]}"
         return out
     out.registered = True
+    out.ambiguous = [a["column"] for a in reg.to_json()["ambiguous_timestamp_partition"]]
     skip = skip_columns or []
     for version in versions_to_read(path, reg.version) if versions is None else (versions or [reg.version]):
         if version > reg.version:
             continue
-        truth, source = _reference(path, version, reg.version, skip)
+        truth, source = _reference(path, version, reg.version, skip, writer_zones)
         for engine in engines:
             key = f"v{version}/{engine}"
             try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import jsonl, rm, up
+from conftest import examples, jsonl, rm, up
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,7 +50,9 @@ def streams(draw: st.DrawFn) -> tuple[list[dict], list[list[int]], list[int]]:  
     return events, batches, [*order, *replays]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# 12 derandomized streams in `make test` (a whole lake and up to six ingests each); `make fuzz` runs 300 random
+@settings(max_examples=examples(12, fuzz=300), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream=streams())
 def test_any_split_order_duplicates_and_replays_give_the_reference_fold(tmp_path: Path, stream) -> None:  # type: ignore[no-untyped-def]
     events, batches, order = stream

@@ -82,16 +82,16 @@ def expected(batches: list[bytes]) -> dict[str, dict[str, Any]]:
 def commits_per_batch(lake: dr.Lake) -> dict[str, int]:
     out: dict[str, int] = {}
     for entry in _delta.history(lake.table_uri("orders"), lake.options):
-        for b in (entry["evidence"] or {}).get("batch_ids", []):
+        for b in (entry.evidence or {}).get("batch_ids", []):
             out[b] = out.get(b, 0) + 1
     return out
 
 
 def assert_parent_chain(lake: dr.Lake) -> None:
     for entry in _delta.history(lake.table_uri("orders"), lake.options):
-        ev = entry["evidence"]
+        ev = entry.evidence
         if ev is not None and "parent" in ev:
-            assert ev["parent"] == entry["version"] - 1, entry
+            assert ev["parent"] == entry.version - 1, entry
 
 
 @pytest.mark.slow

@@ -23,12 +23,17 @@ KERNEL = sorted(p.name for p in (DATA / "kernel").iterdir() if p.is_dir())
 DELTA_RS = sorted(p.name for p in (DATA / "delta-rs").iterdir() if p.is_dir())
 # tables the protocol makes unreadable, and the reason a reader must give
 REFUSE = {"deltalog-invalid-protocol-version": "unsupported_feature", "versions-not-contiguous": "version_gap"}
-# Spark's expected rows for a timestamp partition whose log value has no offset ("2021-09-08 11:11:11"): the
-# protocol says "interpreted using the time zone of the system which wrote to the table", which the log
-# does not record; every reader here (deltalake, DuckDB, Polars) reads UTC, Spark's generator ran in PST.
-SKIP_COLUMNS = {"data-reader-partition-values": ["as_timestamp"]}
-QUICK = ["data-reader-escaped-chars", "data-reader-timestamp_ntz-id-mode", "v2-checkpoint-parquet",
-         "kernel-timestamp-int96", "delta-rs/delta-0.8.0-special-partition", "versions-not-contiguous"]
+# Timestamp partition columns whose log values name no zone ("2021-09-08 11:11:11"): the protocol's old rule
+# is "the time zone of the system which wrote to the table", which the log does not record. The gateway reads
+# them as UTC (like deltalake, DuckDB and Delta Kernel) and register flags them (ambiguous_timestamp_partition).
+# Spark wrote data-reader-partition-values in a America/Los_Angeles session, so its expected instants are 7 h
+# later than the UTC reading; the kernel-timestamp-* tables were written in UTC and match as they are.
+AMBIGUOUS = {"data-reader-partition-values": ["as_timestamp"], "kernel-timestamp-int96": ["part"],
+             "kernel-timestamp-pst": ["part"], "kernel-timestamp-timestamp_micros": ["part"]}
+WRITER_ZONES = {"data-reader-partition-values": {"as_timestamp": "America/Los_Angeles"}}
+QUICK = ["data-reader-partition-values", "data-reader-escaped-chars", "data-reader-timestamp_ntz-id-mode",
+         "v2-checkpoint-parquet", "kernel-timestamp-int96", "delta-rs/delta-0.8.0-special-partition",
+         "versions-not-contiguous"]
 
 pytestmark = pytest.mark.skipif(not duckdb_delta_available(), reason="needs duckdb-ext-delta ('.[interop]')")
 
@@ -43,11 +48,13 @@ def check(name: str, tmp_path: Path, *, full: bool) -> None:
     path = table_path(name)
     short = name.removeprefix("delta-rs/")
     outcome = run_table(path, tmp_path / "lake", versions=None if full else [],
-                        skip_columns=SKIP_COLUMNS.get(short, []))
+                        writer_zones=WRITER_ZONES.get(short))
     if short in REFUSE:
         assert not outcome.registered and outcome.refused and outcome.refused.startswith(REFUSE[short]), outcome
         return
     assert outcome.registered, outcome
+    # read as UTC, never silently: exactly the columns whose log values name no zone are flagged
+    assert outcome.ambiguous == AMBIGUOUS.get(short, []), outcome.ambiguous
     assert not outcome.failures, outcome.failures
     assert outcome.reads and all(v.startswith(("match", "refused")) for v in outcome.reads.values()), outcome.reads
     # a refusal on a pinned read is allowed only with a reason, and never for the latest version
@@ -145,3 +152,23 @@ def test_engine_returning_null_partitions_is_not_used(name: str, tmp_path: Path)
     assert frame[frame.columns[-1]].null_count() == 3  # Spark's expected rows: 6 values, 3 nulls
     with pytest.raises(UnreadableTableError, match="came back NULL in 9 rows, the log allows 3"):
         read_registered(lake, "t", None, engine="duckdb")
+
+
+def test_register_flags_an_ambiguous_timestamp_partition(tmp_path: Path) -> None:
+    """`register` says which timestamp partition columns it reads as UTC for want of a zone (text and JSON)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from delta_release.cli.main import cli
+
+    table = table_path("data-reader-partition-values")
+    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "register", "pv", str(table)])
+    assert res.exit_code == 0, res.output
+    flagged = json.loads(res.stdout)["ambiguous_timestamp_partition"]
+    assert flagged == [{"column": "as_timestamp", "files": 2, "example": "2021-09-08 11:11:11", "read_as": "UTC"}]
+    text = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake2"), "register", "pv", str(table)])
+    assert text.exit_code == 0 and "ambiguous_timestamp_partition: as_timestamp" in text.stdout, text.output
+    plain = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake3"), "--json", "register", "t",
+                                     str(table_path("data-reader-timestamp_ntz"))])  # timestamp_ntz: a wall clock
+    assert plain.exit_code == 0 and json.loads(plain.stdout)["ambiguous_timestamp_partition"] == [], plain.output

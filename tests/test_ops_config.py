@@ -106,6 +106,17 @@ def test_packet_directory_must_be_a_directory(tmp_path: Path) -> None:
     assert not (tmp_path / "lake").exists()
 
 
+@pytest.mark.parametrize(("dotted", "value", "instead"), [
+    ("tables", ["orders", "telemetry"], "sources.batches"),
+    ("retention.replay_horizon_days", 7, "--replay-horizon-hours"),
+])
+def test_removed_keys_are_refused_by_name(tmp_path: Path, dotted: str, value: object, instead: str) -> None:
+    """Issue 12: `tables` and `retention.replay_horizon_days` were parsed and never read; an old config that
+    still names them is refused with the key and what replaces it, not silently accepted."""
+    line = refused(write_config(tmp_path, **{dotted: value}), dotted)
+    assert "was removed" in line and instead in line
+
+
 def test_retention_defaults_are_one_set(tmp_path: Path) -> None:
     from delta_release import retention
 
@@ -116,10 +127,8 @@ def test_retention_defaults_are_one_set(tmp_path: Path) -> None:
     cfg = load_release_config(path)
     assert cfg.raw_retention_days == retention.RAW_RETENTION_DAYS
     assert cfg.retained_snapshots == retention.RETAIN_VERSIONS
-    assert cfg.replay_horizon_days * 24 == retention.REPLAY_HORIZON_HOURS
     shipped = load_release_config(ROOT / "config" / "release.yaml")  # the demo config states the same values
-    assert (shipped.raw_retention_days, shipped.retained_snapshots, shipped.replay_horizon_days) == (
-        cfg.raw_retention_days, cfg.retained_snapshots, cfg.replay_horizon_days)
+    assert (shipped.raw_retention_days, shipped.retained_snapshots) == (cfg.raw_retention_days, cfg.retained_snapshots)
     vac = CliRunner().invoke(cli, ["vacuum", "--help"]).output
     era = CliRunner().invoke(cli, ["erase", "--help"]).output
     assert f"default: {retention.RETAIN_VERSIONS}" in vac and f"{retention.REPLAY_HORIZON_HOURS}" in vac

@@ -114,7 +114,7 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
         f"  batches: [{FIXTURES / 'orders' / 'v2.jsonl'}, {FIXTURES / 'orders' / 'v3.jsonl'},"
         f" {FIXTURES / 'orders' / 'bad.jsonl'}]\n"
         "release: {window_days: 7}\n"
-        "retention: {raw_days: 30, backup_days: 35, replay_horizon_days: 14, retained_snapshots: 5}\n"
+        "retention: {raw_days: 30, backup_days: 35, retained_snapshots: 5}\n"
         "checks:\n"
         f"  schema_fixtures: {{v2: {FIXTURES / 'orders' / 'v2.jsonl'}, v3: {FIXTURES / 'orders' / 'v3.jsonl'}}}\n"
         "  reconciliation: true\n"

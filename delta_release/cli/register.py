@@ -27,6 +27,9 @@ def register(opts: Options, name: str, uri: str) -> None:
              f"{result['generation']}, {result['files']} files, {result['bytes']} bytes, "
              f"{result['deletion_vectors']} deletion vectors",
              f"reads go through {how}{limits}"]
+    for a in result["ambiguous_timestamp_partition"]:
+        lines.append(f"ambiguous_timestamp_partition: {a['column']}: {a['files']} files log a timestamp with no zone"
+                     f" (e.g. {a['example']!r}); read as {a['read_as']}, the writer's zone may differ")
     if result["unreferenced"]:
         lines.append(f"{len(result['unreferenced'])} files under the root that no version references:")
         lines += [f"  {p}" for p in result["unreferenced"]]

@@ -27,6 +27,7 @@ _FIELDS = {
     2: {"schema_version", "order_id", "position", "kind", "amount_cents", "event_day"},
     3: {"schema_version", "order_id", "position", "kind", "amount_cents", "event_day", "currency"},
 }
+EVENT_FIELDS = frozenset(set().union(*_FIELDS.values()))  # every field name of every schema version
 _CURRENCY = re.compile(r"[A-Z]{3}")
 MAX_ORDER_ID = 128
 MAX_INT64 = 2**63 - 1

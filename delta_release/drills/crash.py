@@ -252,10 +252,10 @@ def _setup_run(lake_dir: Path, scene: Scene) -> None:
 
 
 def _run_config(lake_dir: Path, scene: Scene) -> Path:
-    cfg = {"lake": {"uri": str(lake_dir), "storage_options": {}}, "tables": ["orders"],
+    cfg = {"lake": {"uri": str(lake_dir), "storage_options": {}},
            "sources": {"batches": [str(scene.batch)], "manifests": []},
            "release": {"window_days": 7},
-           "retention": {"raw_days": 30, "backup_days": 35, "replay_horizon_days": 14, "retained_snapshots": 5},
+           "retention": {"raw_days": 30, "backup_days": 35, "retained_snapshots": 5},
            "checks": {"schema_fixtures": {"v2": str(scene.inputs / "v2.jsonl"), "v3": str(scene.inputs / "v3.jsonl")},
                       "amount_unit": True, "reconciliation": True, "checksums": True, "pinned_query": False,
                       "conflict_drill": False, "erasure_drill": False, "freshness_gate": False,
@@ -508,7 +508,7 @@ def evidence_check(lake: Lake, version: int, table: str = "orders") -> list[str]
     uri = lake.table_uri(table)
     recorded: dict[str, dict[str, Any]] = {}
     for entry in _delta.history(uri, lake.options):
-        for f in (entry["evidence"] or {}).get("files", []):
+        for f in (entry.evidence or {}).get("files", []):
             recorded[f["path"]] = f
     store = lake.table_storage(table)
     problems = []
@@ -532,8 +532,8 @@ def parent_chain_ok(lake: Lake, table: str = "orders") -> bool:
     if _versions(lake, table) < 0:
         return True
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        ev = entry["evidence"]
-        if ev is not None and "parent" in ev and ev["parent"] != entry["version"] - 1:
+        ev = entry.evidence
+        if ev is not None and "parent" in ev and ev["parent"] != entry.version - 1:
             return False
     return True
 
@@ -551,7 +551,7 @@ def _pinned_unpublished_refused(lake: Lake, table: str) -> bool:
 
 
 def _commits_of(lake: Lake, batch_id: str) -> int:
-    return sum(batch_id in ((e["evidence"] or {}).get("batch_ids", []))
+    return sum(batch_id in ((e.evidence or {}).get("batch_ids", []))
                for e in _delta.history(lake.table_uri("orders"), lake.options))
 
 

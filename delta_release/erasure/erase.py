@@ -65,17 +65,17 @@ class ErasureReport:
         }
 
 
-def _check_id(order_id: Any) -> str:
-    if not isinstance(order_id, str) or not order_id or len(order_id) > MAX_ORDER_ID:
+def _check_id(subject_id: Any) -> str:
+    if not isinstance(subject_id, str) or not subject_id or len(subject_id) > MAX_ORDER_ID:
         raise InputError(f"an order id must be 1 to {MAX_ORDER_ID} characters")
-    return order_id
+    return subject_id
 
 
 class RemoveSubject(Plan):
     """The table without one subject's rows (tombstones too): the partitions holding it, rewritten."""
 
-    def __init__(self, order_id: str) -> None:
-        self.order_id = order_id
+    def __init__(self, subject_id: str) -> None:
+        self.subject_id = subject_id
         self.rows_removed = 0
         self.partitions: list[Any] = []
 
@@ -84,33 +84,33 @@ class RemoveSubject(Plan):
         lf = _delta.scan(ctx.uri, ctx.storage_options, parent)
         keys = index.key_index(ctx)
         if keys is not None:  # the partition the key index names (stale at worst: then it holds nothing)
-            where = keys.locate([self.order_id], upto=parent)
+            where = keys.locate([self.subject_id], upto=parent)
             lf = lf.filter(partition_filter(pcol, list(where.values())))
-        hits = lf.filter(pl.col(key) == self.order_id).select(pcol).collect()
+        hits = lf.filter(pl.col(key) == self.subject_id).select(pcol).collect()
         self.partitions = sorted(set(hits[pcol].to_list()), key=lambda d: (d is None, d or 0))
         if not self.partitions:
             self.rows_removed = 0
             return Change(operation="erase")
         base = lf.filter(partition_filter(pcol, self.partitions)).collect()
-        kept = base.filter(pl.col(key) != self.order_id)
+        kept = base.filter(pl.col(key) != self.subject_id)
         self.rows_removed = base.height - kept.height
         partitions = {d: kept.filter(partition_filter(pcol, [d])) for d in self.partitions}
         change = replace_partitions(ctx, parent, partitions, operation="erase",
                                     details={"rows_removed": self.rows_removed, "subjects_removed": 1})
-        change.locations, change.gone_keys = {}, [self.order_id]  # the rest of those partitions stays put
+        change.locations, change.gone_keys = {}, [self.subject_id]  # the rest of those partitions stays put
         return change
 
 
-def _remove_subject(lake: LakeContext, table: str, order_id: str, report: ErasureReport) -> None:
+def _remove_subject(lake: LakeContext, table: str, subject_id: str, report: ErasureReport) -> None:
     """Commit the table without the subject's rows (no commit when it holds none). The caller ran the
     writer's upkeep (`before_work`) already: completing pending erasures there would recurse."""
-    plan = RemoveSubject(order_id)
+    plan = RemoveSubject(subject_id)
     ctx = lake.table(table)
     result = write(ctx, plan, upkeep=False)
     keys = index.key_index(ctx)
     latest = ctx.latest_version()
     if keys is not None and latest is not None:  # the subject's hash leaves the key index's files
-        keys.forget(order_id, latest)
+        keys.forget(subject_id, latest)
     report.attempts = result.attempts
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is None:
@@ -121,11 +121,11 @@ def _remove_subject(lake: LakeContext, table: str, order_id: str, report: Erasur
     report.files_removed = [r.path for r in result.staged.removes]
 
 
-def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABLE,
+def erase_subject(lake: LakeContext, subject_id: str, *, table: str = DEFAULT_TABLE,
                   raw_retention_days: float = RAW_RETENTION_DAYS,
                   backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
     """Erase one subject (an order id) from `table`; see the module docstring for the steps."""
-    order_id = _check_id(order_id)
+    subject_id = _check_id(subject_id)
     raw_retention_days = finite("raw_retention_days", raw_retention_days)
     if backup_expiry_days is not None:
         backup_expiry_days = finite("backup_expiry_days", backup_expiry_days)
@@ -133,20 +133,20 @@ def erase_subject(lake: LakeContext, order_id: str, *, table: str = DEFAULT_TABL
     if not tdef.key:
         raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)
     upkeep = before_work(lake.table(table))  # completes a killed erasure (this subject's too) first
-    report = _erase(lake, order_id, table, raw_retention_days=raw_retention_days,
+    report = _erase(lake, subject_id, table, raw_retention_days=raw_retention_days,
                     backup_expiry_days=backup_expiry_days)
     report.temp_files_removed = upkeep.temp_files_removed + report.temp_files_removed
     report.erasures_completed = upkeep.erasures_completed
     return report
 
 
-def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+def _erase(lake: LakeContext, subject_id: str, table: str, *, raw_retention_days: float = RAW_RETENTION_DAYS,
            backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
     """Steps 1-4 of the module docstring (the writer's upkeep already ran)."""
     tdef = lake.table_def(table)
     assert tdef.key is not None
     ledger = lake.erasures
-    subject = ledger.subject_key(order_id)
+    subject = ledger.subject_key(subject_id)
     existing = ledger.get(subject)
     report = ErasureReport(subject=subject, table=table, version=None, rows_removed=0,
                            already_erased=existing is not None and existing.done)
@@ -158,13 +158,13 @@ def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: 
     crash_point("erase.after_ledger")
     _ERASING.add(subject)
     try:
-        _remove_subject(lake, table, order_id, report)
+        _remove_subject(lake, table, subject_id, report)
     finally:
         _ERASING.discard(subject)
 
     lineage = table_lineage(lake, table)
     present = data_files_on_storage(lake, table)
-    holding = files_holding(lake, table, tdef.key, order_id, sorted(p for p in lineage.lifetimes if p in present))
+    holding = files_holding(lake, table, tdef.key, subject_id, sorted(p for p in lineage.lifetimes if p in present))
     exposed = merge_ranges([r for p in holding for r in lineage.ranges(p)])
     still_current = sorted(holding & lineage.files_at(lineage.latest))
     if still_current:  # a concurrent writer re-added it after our commit: refuse to call this done
@@ -172,7 +172,7 @@ def _erase(lake: LakeContext, order_id: str, table: str, *, raw_retention_days: 
                                 table=table, version=lineage.latest, files=still_current)
     entry = ledger.update(
         entry, state="done", version=report.version if report.version is not None else entry.version,
-        exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, order_id),
+        exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, subject_id),
         rows_removed=entry.rows_removed + report.rows_removed)
     report.exposed_versions = exposed
     report.temp_files_removed = [t.path for t in lake.storage.sweep_temp()]
@@ -208,7 +208,7 @@ def _find_subject(lake: LakeContext, entry: ErasureEntry) -> str | None:
 
         for batch in lake.raw.list():
             decoded = decode_batch(lake.raw.read(batch.batch_id))
-            found = match(decoded.events["order_id"].unique().to_list()
+            found = match(decoded.events[key].unique().to_list()
                           + [r.order_id for r in decoded.rejects if r.order_id])
             if found is not None:
                 break
@@ -237,9 +237,9 @@ def complete_pending_erasures(lake: LakeContext) -> int:
     for entry in lake.erasures.entries():
         if entry.done or _in_flight(entry):
             continue
-        order_id = _find_subject(lake, entry)
-        if order_id is not None:
-            _erase(lake, order_id, entry.table)
+        subject_id = _find_subject(lake, entry)
+        if subject_id is not None:
+            _erase(lake, subject_id, entry.table)
         else:  # nothing holds it any more: no version ever will (the subject is blocked)
             lake.erasures.update(entry, state="done", exposed=[], files=[])
         completed += 1

@@ -74,8 +74,8 @@ class ErasureLedger:
         self._key = key
         self._cache: tuple[tuple[tuple[str, int], ...], list[ErasureEntry]] | None = None
 
-    def subject_key(self, order_id: str) -> str:
-        return hmac.new(self._key, order_id.encode("utf-8"), hashlib.sha256).hexdigest()
+    def subject_key(self, subject_id: str) -> str:
+        return hmac.new(self._key, subject_id.encode("utf-8"), hashlib.sha256).hexdigest()
 
     def _path(self, subject: str) -> str:
         return f"{SUBJECTS_PREFIX}/{subject}.json"
@@ -102,12 +102,12 @@ class ErasureLedger:
     def erased_subjects(self) -> set[str]:
         return {e.subject for e in self.entries()}
 
-    def is_erased(self, order_id: str) -> bool:
-        return self.subject_key(order_id) in self.erased_subjects()
+    def is_erased(self, subject_id: str) -> bool:
+        return self.subject_key(subject_id) in self.erased_subjects()
 
-    def record(self, order_id: str, *, version: int | None, erased_at: str, **fields: object) -> ErasureEntry:
-        """Record (or replace) the entry of `order_id`'s subject; the id itself is hashed here."""
-        entry = ErasureEntry(subject=self.subject_key(order_id), version=version, erased_at=erased_at,
+    def record(self, subject_id: str, *, version: int | None, erased_at: str, **fields: object) -> ErasureEntry:
+        """Record (or replace) the entry of `subject_id`'s subject; the id itself is hashed here."""
+        entry = ErasureEntry(subject=self.subject_key(subject_id), version=version, erased_at=erased_at,
                              **fields)  # type: ignore[arg-type]
         return self.write(entry)
 

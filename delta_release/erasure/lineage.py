@@ -55,22 +55,22 @@ def _files_from_evidence(ev: dict[str, Any] | None) -> tuple[list[dict[str, Any]
 
 def table_lineage(lake: LakeContext, table: str) -> Lineage:
     uri = lake.table_uri(table)
-    history = sorted(_delta.history(uri, lake.options), key=lambda h: h["version"])
-    lineage = Lineage(latest=history[-1]["version"] if history else -1)
+    history = sorted(_delta.history(uri, lake.options), key=lambda h: h.version)
+    lineage = Lineage(latest=history[-1].version if history else -1)
     current: set[str] = set()
     previous: int | None = None
     for entry in history:
-        version = entry["version"]
-        lineage.timestamps[version] = entry["timestamp"]
-        ev = entry["evidence"]
-        lineage.operations[version] = (ev or {}).get("operation") or entry["operation"] or ""
+        version = entry.version
+        lineage.timestamps[version] = entry.timestamp
+        ev = entry.evidence
+        lineage.operations[version] = (ev or {}).get("operation") or entry.operation or ""
         from_evidence = _files_from_evidence(ev)
         if previous is not None and previous == version - 1 and from_evidence is not None:
             added, removed = from_evidence
             new = (current - set(removed)) | {f["path"] for f in added}
             for f in added:
                 lineage.evidence[f["path"]] = f
-        elif previous is not None and previous == version - 1 and entry["operation"] in NO_DATA_CHANGE:
+        elif previous is not None and previous == version - 1 and entry.operation in NO_DATA_CHANGE:
             new = set(current)
         else:
             new = {e.path for e in _delta.file_entries(uri, lake.options, version)}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 from ..clock import iso
 from ..contract import decode_batch
 from ..errors import NotFoundError
+from ..tables import DEFAULT_TABLE
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage
 
@@ -31,17 +32,18 @@ def _parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
 
 
-def raw_batches_holding(lake: LakeContext, order_id: str) -> list[str]:
-    """Ids of the raw batches whose bytes hold `order_id` (an event for it, or a rejected line naming it)."""
-    needle = order_id.encode("utf-8")
+def raw_batches_holding(lake: LakeContext, subject_id: str) -> list[str]:
+    """Ids of the raw batches whose bytes hold `subject_id` (an event for it, or a rejected line naming it)."""
+    needle = subject_id.encode("utf-8")
+    key = lake.table_def(DEFAULT_TABLE).keyed().key  # the raw batches are the keyed table's events
     out = []
     for batch in lake.raw.list():
         data = lake.raw.read(batch.batch_id)
         if needle not in data and b"\\u" not in data:
             continue
         decoded = decode_batch(data)
-        hit = order_id in set(decoded.events["order_id"].to_list()) or any(
-            r.order_id == order_id or (r.order_id is None and r.raw is not None and order_id in r.raw)
+        hit = subject_id in set(decoded.events[key].to_list()) or any(
+            r.order_id == subject_id or (r.order_id is None and r.raw is not None and subject_id in r.raw)
             for r in decoded.rejects)
         if hit:
             out.append(batch.batch_id)

@@ -4,7 +4,7 @@
 `<lake>/_vacuum/<table>/<vacuum id>.json`:
 
     {"vacuum": "20261129T120000Z-1a2b3c", "table": "orders", "at": "2026-11-29T12:00:00Z",
-     "removed": ["event_day=47/part-....parquet", ...], "unreadable": [[1, 4], [6, 6]]}
+     "removed": ["<partition>=47/part-....parquet", ...], "unreadable": [[1, 4], [6, 6]]}
 
 `unreadable` are the inclusive version ranges that referenced a removed file: those versions can no
 longer be read or restored. Records hold file paths and version numbers only (no subject ids). A crash

@@ -200,7 +200,7 @@ def registered_files(lake: LakeContext, table: str) -> dict[str, str | None]:
         return {}
     out: dict[str, str | None] = {}
     for entry in _delta.history(uri, lake.options):
-        for f in (entry["evidence"] or {}).get("files", []):
+        for f in (entry.evidence or {}).get("files", []):
             out.setdefault(f["path"], f.get("sha256"))
     return out
 

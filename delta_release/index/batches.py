@@ -50,8 +50,8 @@ class BatchIndex:
             return
         if start is None:  # missing: rebuild from the whole history, once (markers are only ever added)
             for entry in _delta.history(self.uri, self.options):
-                if entry["evidence"] is not None and entry["version"] <= upto:
-                    self._mark(CommitEvidence.from_json(entry["evidence"]).batch_ids, entry["version"])
+                if entry.evidence is not None and entry.version <= upto:
+                    self._mark(CommitEvidence.from_json(entry.evidence).batch_ids, entry.version)
         else:
             for version in range(start + 1, upto + 1):
                 raw = _delta.version_evidence(self.uri, self.options, version)

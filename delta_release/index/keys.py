@@ -212,10 +212,10 @@ class KeyIndex:
                 self.compact(shard, upto)
         return out
 
-    def forget(self, order_id: str, version: int) -> None:
+    def forget(self, subject_id: str, version: int) -> None:
         """After an erasure commit at `version`: the subject's hash leaves every file of its shard."""
         self.catch_up(version)
-        self.compact(_shard(self.hasher(order_id)), version, drop_all_older=True)
+        self.compact(_shard(self.hasher(subject_id)), version, drop_all_older=True)
 
     def holds(self, subject_hash: str) -> bool:
         """True when any index file names `subject_hash` (for tests and audits)."""

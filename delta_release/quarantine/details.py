@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-_FIELDS = frozenset({"schema_version", "order_id", "position", "kind", "amount_cents", "event_day", "currency"})
+from ..contract.decode import EVENT_FIELDS as _FIELDS  # the event contract's own field names
+
 _TYPES = r"(?:a number with a fraction or exponent|a boolean|a string|an array|an object|null|[a-z_]{1,20})"
 _NOT_A_FIELD = r"\(a \d{1,9}-character name that is not a field\)"
 _JSON_MSG = re.compile(r"Expecting [a-z ',:]{1,60}|Unterminated string starting at|Invalid control character at"

@@ -17,6 +17,7 @@ from ..storage import Storage
 from .inventory import InventoryReport, check_inventory
 from .problems import log_guard
 from .reader import reader_for
+from .timestamps import AmbiguousColumn, ambiguous_timestamp_partitions
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -32,12 +33,14 @@ class Registration:
     generation: int
     inventory: InventoryReport
     reader: dict[str, Any]
+    ambiguous: list[AmbiguousColumn]  # timestamp partition columns whose log values name no zone: read as UTC
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "kind": KIND, "location": self.location, "version": self.version,
                 "generation": self.generation, **{k: v for k, v in self.inventory.to_json().items()
                                                   if k not in ("location", "version")},
-                "reader": self.reader}
+                "reader": self.reader,
+                "ambiguous_timestamp_partition": [a.to_json() for a in self.ambiguous]}
 
 
 def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
@@ -58,7 +61,8 @@ def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
     report = check_inventory(storage, version, table=name)
     report.raise_for_failure(name)
     reader = reader_for(storage, version, name)
+    ambiguous = ambiguous_timestamp_partitions(storage, version)
     lake.catalog.register(name, location=storage.root, kind=KIND)
     pub = lake.publish_version(name, version, digest=report.digest)
     return Registration(table=name, location=storage.root, version=pub.version, generation=pub.generation,
-                        inventory=report, reader=reader)
+                        inventory=report, reader=reader, ambiguous=ambiguous)

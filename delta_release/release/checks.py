@@ -17,7 +17,8 @@ from .. import _delta
 from ..apply import reference_fold
 from ..contract import decode_batch
 from ..contract.decode import split_lines
-from ..views import current_rows
+from ..tables import DEFAULT_TABLE, KeyedColumns
+from ..views import current_rows, live_rows
 
 if TYPE_CHECKING:
     from ..commit.view import StagedSnapshot
@@ -102,15 +103,15 @@ def recorded_checksums(lake: Lake, table: str) -> dict[str, str]:
     """path -> sha256 from the evidence of every commit of ours."""
     out: dict[str, str] = {}
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        for f in (entry["evidence"] or {}).get("files", []):
+        for f in (entry.evidence or {}).get("files", []):
             out.setdefault(f["path"], f["sha256"])
     return out
 
 
 def check_checksums(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    recorded = {**recorded_checksums(lake, "orders"), **ctx.recorded}
-    store = lake.table_storage("orders")
+    recorded = {**recorded_checksums(lake, DEFAULT_TABLE), **ctx.recorded}
+    store = lake.table_storage(DEFAULT_TABLE)
     files = []
     bad = []
     for e in ctx.candidate.entries:
@@ -132,6 +133,7 @@ def _accepted_events(lake: Lake, batch_ids: set[str]) -> list[dict[str, Any]]:
     a held run's batches are not part of any version), minus quarantined lines and erased subjects."""
     events: list[dict[str, Any]] = []
     erased = lake.erasures.erased_subjects()
+    key = _cols(lake).key  # an event's field names are its table's column names
     for batch in lake.raw.list():
         if batch.batch_id not in batch_ids:
             continue
@@ -141,7 +143,7 @@ def _accepted_events(lake: Lake, batch_ids: set[str]) -> list[dict[str, Any]]:
         decoded = decode_batch(data)
         assert decoded.extracted == n
         for ev in decoded.events.to_dicts():
-            if ev["line"] in quarantined or lake.erasures.subject_key(ev["order_id"]) in erased:
+            if ev["line"] in quarantined or lake.erasures.subject_key(ev[key]) in erased:
                 continue
             events.append(ev)
     return events
@@ -149,10 +151,12 @@ def _accepted_events(lake: Lake, batch_ids: set[str]) -> list[dict[str, Any]]:
 
 def check_pinned_query(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    frame = current_rows(ctx.candidate.scan(), lake.table_def("orders")).collect()
-    got = {r["order_id"]: (r["amount_cents"], r["currency"], r["event_day"], r["position"]) for r in frame.to_dicts()}
-    want = {k: (v["amount_cents"], v["currency"], v["event_day"], v["position"])
-            for k, v in reference_fold(_accepted_events(lake, ctx.batch_ids)).items()}
+    tdef = lake.table_def(DEFAULT_TABLE)
+    frame = current_rows(ctx.candidate.scan(), tdef).collect()
+    key = tdef.keyed().key
+    values = [c for c in frame.columns if c != key]  # every column of the current view, from the definition
+    got = {r[key]: tuple(r[c] for c in values) for r in frame.to_dicts()}
+    want = {k: tuple(v[c] for c in values) for k, v in reference_fold(_accepted_events(lake, ctx.batch_ids)).items()}
     diff = sorted(set(got.items()) ^ set(want.items()))
     return CheckResult(name="pinned_query", passed=not diff,
                        detail=f"{ctx.label} holds {len(got)} current orders, equal to the"
@@ -188,7 +192,7 @@ def check_audit(ctx: RunContext) -> CheckResult:
     from ..audit import audit_days
 
     a, b = ctx.config.audit.days
-    r = audit_days(ctx.lake, "orders", a, b, staged=ctx.candidate)
+    r = audit_days(ctx.lake, DEFAULT_TABLE, a, b, staged=ctx.candidate)
     ctx.evidence["audit"] = r
     ok = r["fraction"] <= ctx.config.audit.max_fraction
     return CheckResult(name="audit_bytes", passed=ok,
@@ -254,19 +258,25 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
+def _cols(lake: Lake) -> KeyedColumns:
+    """The released table's key, ordering, tombstone and partition columns (table_defs/*.yaml)."""
+    return lake.table_def(DEFAULT_TABLE).keyed()
+
+
 def _current(lake: Lake, version: int | None) -> pl.DataFrame:
-    """order_id, event_day and position of the current rows (tombstones excluded) at `version`."""
+    """Key, partition and ordering columns of the current rows (tombstones excluded) at `version`."""
+    c = _cols(lake)
     if version is None:
-        return pl.DataFrame(schema={"order_id": pl.String, "event_day": pl.Int64, "position": pl.Int64})
-    return (_delta.scan(lake.table_uri("orders"), lake.options, version)
-            .filter(pl.col("deleted").not_()).select("order_id", "event_day", "position").collect())
+        return pl.DataFrame(schema={c.key: pl.String, c.partition: pl.Int64, c.ordering: pl.Int64})
+    return (live_rows(_delta.scan(lake.table_uri(DEFAULT_TABLE), lake.options, version), lake.table_def(DEFAULT_TABLE))
+            .select(c.key, c.partition, c.ordering).collect())
 
 
 def _max_applied_position(lake: Lake, version: int | None) -> int | None:
     if version is None:
         return None
-    value = (_delta.scan(lake.table_uri("orders"), lake.options, version)
-             .select(pl.col("position").max()).collect().item())
+    value = (_delta.scan(lake.table_uri(DEFAULT_TABLE), lake.options, version)
+             .select(pl.col(_cols(lake).ordering).max()).collect().item())
     return None if value is None else int(value)
 
 
@@ -330,9 +340,10 @@ def _event_checks(ctx: RunContext) -> list[CheckResult]:
     t = ctx.config.thresholds
     lake = ctx.lake
     parent = ctx.candidate.parent
+    c = _cols(lake)
     running = _max_applied_position(lake, parent)
     before = _current(lake, parent)
-    newest = before["event_day"].max() if before.height else None  # newest event_day applied so far
+    newest = before[c.partition].max() if before.height else None  # newest partition (day) applied so far
     late = accepted = stale = upserts = 0
     for r in ctx.reports:
         if r.get("duplicate"):
@@ -340,21 +351,21 @@ def _event_checks(ctx: RunContext) -> list[CheckResult]:
         events = _batch_events(lake, r["batch_id"])
         accepted += events.height
         if running is not None:
-            late += events.filter(pl.col("position") < running).height
-        top = events["position"].max()
+            late += events.filter(pl.col(c.ordering) < running).height
+        top = events[c.ordering].max()
         if top is not None:
             running = int(top) if running is None else max(running, int(top))  # type: ignore[arg-type]
         ups = events.filter(pl.col("kind") == "upsert")
         upserts += ups.height
         if newest is not None:
-            stale += ups.filter(pl.col("event_day") < int(newest) - t.stale_days).height  # type: ignore[arg-type]
-        day = ups["event_day"].max()
+            stale += ups.filter(pl.col(c.partition) < int(newest) - t.stale_days).height  # type: ignore[arg-type]
+        day = ups[c.partition].max()
         if day is not None:
             newest = day if newest is None else max(newest, day)
-    after = (ctx.candidate.scan().filter(pl.col("deleted").not_())  # the staged candidate, not yet committed
-             .select("order_id", "event_day", "position").collect())
-    moved_frame = before.join(after, on="order_id", suffix="_after").filter(
-        pl.col("event_day").ne_missing(pl.col("event_day_after")))
+    after = (live_rows(ctx.candidate.scan(), lake.table_def(DEFAULT_TABLE))  # staged, not yet committed
+             .select(c.key, c.partition, c.ordering).collect())
+    moved_frame = before.join(after, on=c.key, suffix="_after").filter(
+        pl.col(c.partition).ne_missing(pl.col(f"{c.partition}_after")))
     moved = moved_frame.height
     late_share, stale_share = _share(late, accepted), _share(stale, upserts)
     moved_share = _share(moved, before.height)
@@ -368,14 +379,14 @@ def _event_checks(ctx: RunContext) -> list[CheckResult]:
                     evidence={"observed": round(late_share, 4), "threshold": t.late_events, "late": late,
                               "accepted": accepted, "parent_version": parent}),
         CheckResult(name="stale_events", passed=stale_share <= t.stale_events,
-                    detail=f"{stale} of {upserts} upserts ({pct(stale_share)}) are for an event_day more than"
+                    detail=f"{stale} of {upserts} upserts ({pct(stale_share)}) are for an {c.partition} more than"
                            f" {t.stale_days} days before the newest already applied (threshold {pct(t.stale_events)})",
                     evidence={"observed": round(stale_share, 4), "threshold": t.stale_events, "stale": stale,
                               "upserts": upserts, "newest_event_day": None if newest is None else int(newest),  # type: ignore[arg-type]
                               "older_than_days": t.stale_days}),
         CheckResult(name="moved_orders", passed=moved_share <= t.moved_orders,
                     detail=f"{moved} of {before.height} orders of version {parent} ({pct(moved_share)}) move to"
-                           f" another event_day (threshold {pct(t.moved_orders)})",
+                           f" another {c.partition} (threshold {pct(t.moved_orders)})",
                     evidence={"observed": round(moved_share, 4), "threshold": t.moved_orders, "moved": moved,
                               "orders_before": before.height}),
     ]

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, REPLAY_HORIZON_DAYS, RETAIN_VERSIONS
+from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, RETAIN_VERSIONS
 
 _ENV_REF = re.compile(r"^\$\{([A-Z_][A-Z0-9_]*)\}$")
 
@@ -86,10 +86,10 @@ THRESHOLD_DEFAULTS: dict[str, Any] = {
     "rejected.mostly": 0.75,     # at least this share of the run's lines must be in batches not "over"
     "rejected.overall": 0.20,    # quarantined/extracted over all the run's batches
     "rejected.by_reason.default": 0.05,  # per reason code, share of the run's extracted lines
-    "late_events.max_share": 0.10,  # accepted events whose position is below the table's max applied position
-    "stale_events.older_than_days": 30,  # upserts whose event_day is this many days before the newest event_day
+    "late_events.max_share": 0.10,  # accepted events whose ordering value is below the table's max applied
+    "stale_events.older_than_days": 30,  # upserts whose partition (day) is this many days before the newest
     "stale_events.max_share": 0.10,
-    "moved_orders.max_share": 0.05,  # orders the run moves to another event_day, share of the parent's orders
+    "moved_orders.max_share": 0.05,  # keys the run moves to another partition, share of the parent's keys
 }
 
 Num = (int, float)
@@ -100,13 +100,11 @@ class ReleaseConfig:
     path: Path
     lake_uri: str
     storage_options: dict[str, str]
-    tables: list[str]
     sources: list[Path]
     manifests: list[Path]
     window_days: int
     raw_retention_days: float
     backup_expiry_days: float
-    replay_horizon_days: float
     retained_snapshots: int
     schema_fixtures: dict[int, Path]
     audit: AuditCheck
@@ -122,10 +120,9 @@ class ReleaseConfig:
 # the schema: key -> type (or nested dict); lists are (list, item type); "*" means any key
 _SCHEMA: dict[str, Any] = {
     "lake": {"uri": str, "storage_options": dict, "create": bool},
-    "tables": (list, str),
     "sources": {"batches": (list, str), "manifests": (list, str)},
     "release": {"window_days": int},
-    "retention": {"raw_days": Num, "backup_days": Num, "replay_horizon_days": Num, "retained_snapshots": int},
+    "retention": {"raw_days": Num, "backup_days": Num, "retained_snapshots": int},
     "checks": {
         "schema_fixtures": {"v2": str, "v3": str},
         "amount_unit": bool, "reconciliation": bool, "checksums": bool, "pinned_query": bool,
@@ -139,6 +136,14 @@ _SCHEMA: dict[str, Any] = {
         "moved_orders": {"max_share": float},
     },
     "packet": {"directory": str},
+}
+# Keys the run once parsed and never read (issue 12): refused by name with what to do instead, so an old
+# config fails loudly rather than seeming to choose tables or a replay horizon.
+REMOVED_KEYS: dict[str, str] = {
+    "tables": "the run releases the orders table from sources.batches and the telemetry table from"
+              " sources.manifests; delete the key",
+    "retention.replay_horizon_days": "the run never vacuums; `vacuum --replay-horizon-hours` sets the horizon;"
+                                     " delete the key",
 }
 CHECK_NAMES = ["schema_fixtures", "amount_unit", "reconciliation", "checksums", "pinned_query",
                "conflict_drill", "erasure_drill", "audit", "freshness_gate", "thresholds"]
@@ -164,6 +169,8 @@ def _validate(doc: Any, schema: Any, file: str, prefix: str) -> None:
             raise ConfigError(f"{file}: {prefix or 'the document'} must be a mapping", file=file, key=prefix or None)
         for key, value in doc.items():
             dotted = f"{prefix}.{key}" if prefix else str(key)
+            if dotted in REMOVED_KEYS:
+                raise ConfigError(f"{file}: key {dotted!r} was removed: {REMOVED_KEYS[dotted]}", file=file, key=dotted)
             if key not in schema and "*" not in schema:
                 raise ConfigError(f"{file}: unknown key {dotted!r}", file=file, key=dotted)
             _validate(value, schema.get(key, schema.get("*")), file, dotted)
@@ -367,12 +374,10 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
 
     return ReleaseConfig(
         path=p, lake_uri=lake_uri, storage_options=options,
-        tables=list(doc.get("tables", ["orders"])),
         sources=sources, manifests=manifests,
         window_days=_in_range(_require(doc, "release.window_days", file), "release.window_days", file, 1),
         raw_retention_days=float(count("retention.raw_days", RAW_RETENTION_DAYS)),
         backup_expiry_days=float(count("retention.backup_days", BACKUP_EXPIRY_DAYS)),
-        replay_horizon_days=float(count("retention.replay_horizon_days", REPLAY_HORIZON_DAYS)),
         retained_snapshots=int(count("retention.retained_snapshots", RETAIN_VERSIONS, 1)),
         schema_fixtures=schema_fixtures,
         audit=AuditCheck(days=days, max_fraction=float(_in_range(_require(doc, "checks.audit.max_fraction", file),

@@ -35,9 +35,12 @@ def _orders_at(lake: Lake, version: int) -> int | None:
     """How many current orders (tombstones excluded) `version` holds; None when it cannot be read."""
     import polars as pl
 
+    from ..tables import DEFAULT_TABLE
+    from ..views import live_rows
+
     try:
-        return int(_delta.scan(lake.table_uri("orders"), lake.options, version)
-                   .filter(pl.col("deleted").not_()).select(pl.len()).collect().item())
+        return int(live_rows(_delta.scan(lake.table_uri(DEFAULT_TABLE), lake.options, version),
+                             lake.table_def(DEFAULT_TABLE)).select(pl.len()).collect().item())
     except Exception:  # noqa: BLE001 - a vacuumed version: the plan says it cannot be read
         return None
 
@@ -138,8 +141,8 @@ def cost(lake: Lake, config: ReleaseConfig, version: int) -> dict[str, Any]:
         for e in _delta.file_entries(uri, lake.options, v):
             held[e.path] = e.size
     history = _delta.history(uri, lake.options)
-    added = sum(f["size"] for h in history for f in (h["evidence"] or {}).get("files", []))
-    stamps = [h["timestamp"] for h in history if h["timestamp"]]
+    added = sum(f["size"] for h in history for f in (h.evidence or {}).get("files", []))
+    stamps = [h.timestamp for h in history if h.timestamp]
     days = max(1.0, (max(stamps) - min(stamps)) / 86_400_000) if stamps else 1.0
     current = sum(e.size for e in _delta.file_entries(uri, lake.options, version))
     raw = sum(o.size for o in lake.storage.list("_raw"))

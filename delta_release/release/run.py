@@ -22,6 +22,7 @@ from ..errors import StaleParentError
 from ..ingest import applied_batches
 from ..lake import Lake
 from ..stats import p95
+from ..tables import DEFAULT_TABLE
 from .candidate import hold, receive, ship, stage_run
 from .checks import CHECK_RESULT_NAMES, RunContext, run_check
 from .config import load_release_config
@@ -44,22 +45,24 @@ def _p95(samples: list[float]) -> float:
 def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[str, float]:
     """p95 planning time (ms) of the audit query through the gateway: warm cache, and forced refresh."""
     out: dict[str, list[float]] = {"audit query, warm cache": [], "audit query, cache refresh": []}
-    lake.scan("orders").filter(pl.col("event_day").is_between(*days)).explain()  # warm-up, not measured
+    part = lake.table_def(DEFAULT_TABLE).partition
+    lake.scan(DEFAULT_TABLE).filter(pl.col(part).is_between(*days)).explain()  # warm-up, not measured
     for _ in range(runs):
         for label, refresh in (("audit query, warm cache", False), ("audit query, cache refresh", True)):
             if refresh:
                 lake.gateway.cache.clear()
             t0 = time.perf_counter()
-            lake.scan("orders").filter(pl.col("event_day").is_between(*days)).explain()
+            lake.scan(DEFAULT_TABLE).filter(pl.col(part).is_between(*days)).explain()
             out[label].append((time.perf_counter() - t0) * 1000)
     if lake.published("telemetry") is not None:
-        hours = lake.scan("telemetry").select("hour").unique().collect()["hour"].to_list()
+        hour = lake.table_def("telemetry").partition
+        hours = lake.scan("telemetry").select(hour).unique().collect()[hour].to_list()
         if hours:
             label = f"telemetry hour {hours[0]}, warm cache"
             out[label] = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                lake.scan("telemetry").filter(pl.col("hour") == hours[0]).explain()
+                lake.scan("telemetry").filter(pl.col(hour) == hours[0]).explain()
                 out[label].append((time.perf_counter() - t0) * 1000)
     return {k: round(_p95(v), 3) for k, v in out.items()}
 

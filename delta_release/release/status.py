@@ -38,10 +38,10 @@ def table_status(lake: Lake, name: str, kind: str) -> dict[str, Any]:
     ahead = latest - (pub.version if pub is not None else -1)
     recent = _delta.history(uri, lake.options, max(1, min(ahead, _UNPUBLISHED_SHOWN)))
     head = recent[0]
-    out["latest"] = {"version": head["version"], "at": _ms(head["timestamp"]), "operation": head["operation"]}
-    out["unpublished"] = [{"version": e["version"], "at": _ms(e["timestamp"]), "operation": e["operation"],
-                           "deferred": (e["evidence"] or {}).get("publication") == "deferred"}
-                          for e in recent if pub is None or e["version"] > pub.version]
+    out["latest"] = {"version": head.version, "at": _ms(head.timestamp), "operation": head.operation}
+    out["unpublished"] = [{"version": e.version, "at": _ms(e.timestamp), "operation": e.operation,
+                           "deferred": (e.evidence or {}).get("publication") == "deferred"}
+                          for e in recent if pub is None or e.version > pub.version]
     out["unpublished_count"] = max(0, ahead if pub is not None else latest + 1)
     out["vacuum_debt"] = None
     if kind != "registered":

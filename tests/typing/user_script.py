@@ -8,7 +8,7 @@ import delta_release as dr
 
 
 def main(uri: str, batch: str) -> None:
-    lake = dr.Lake.create(uri)
+    lake = dr.Lake.create(uri, storage_options={}, freshness="refresh", tables_dir=None)
     report: dr.IngestReport = lake.ingest(batch)
     version: int | None = report.version
     reasons: dict[str, int] = report.reasons
