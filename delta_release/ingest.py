@@ -134,7 +134,7 @@ class IngestPlan(Plan):
         _, blocked = _erasure_filter(self.lake, self.decoded)
         if len(blocked) != len(self.blocked):
             return False
-        keys = self.apply.events[ctx.table.key or "order_id"].unique().to_list()
+        keys = self.apply.events[ctx.table.keyed().key].unique().to_list()
         return independent_since(ctx, staged, new_parent, keys=keys, batch_ids=[self.batch_id])
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
