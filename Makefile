@@ -25,7 +25,7 @@ demo: $(STAMP)
 	$(BIN)/delta-release --lake lake status
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # The long matrices `make test` leaves out: the whole copied third-party corpus and the full crash matrix.
 test-long: $(STAMP)

@@ -102,7 +102,8 @@ def worker(kind: str, lake: Path, batch_path: Path, gate: Path) -> int:
         if kind == "ours":
             report = Lake.open(lake).ingest(batch_path)
             out = {"version": report.version, "attempts": report.attempts,
-                   "stale_parents": len(report.stale_parents)}
+                   "stale_parents": len(report.stale_parents),
+                   "rebased": sum(bool(s.get("rebased")) for s in report.stale_parents)}
         else:
             from deltalake import DeltaTable
 
@@ -188,7 +189,8 @@ def run(kind: str, mode: str, work: Path, n: int, events: int) -> dict[str, Any]
             "wall_s": wall, "latest_start_s": late_start, "commits_per_s": len(ok) / wall if wall > 0 else None,
             "equals_reference": equal,
             "max_attempts": max((r["result"].get("attempts") or 0 for r in ok), default=None),
-            "stale_parents": sum(r["result"].get("stale_parents") or 0 for r in ok)}
+            "stale_parents": sum(r["result"].get("stale_parents") or 0 for r in ok),
+            "rebased": sum(r["result"].get("rebased") or 0 for r in ok)}
 
 
 def main(argv: list[str]) -> None:

@@ -217,13 +217,14 @@ def bench_gate(scale: Scale, skip: set[str]) -> dict[str, Any]:
         r = res.data
         out["runs"][n] = r
         ratio = r["gate_s"] / r["hash_floor_s"]
-        met = " (met)" if ratio <= 2 else " (NOT met)"
-        target = ("<= 2x the hashing floor" + met) if n == scale.gate_main else ""
-        rows.append(("gate", f"manifest gate vs hashing floor vs listing, {n:,} files (ok={r['gate_ok']})",
+        met = "met" if ratio <= 2 else "NOT met"
+        rows.append(("gate", f"manifest gate ({r.get('gate_workers', '?')} threads) vs hashing floor (sequential) "
+                     f"vs listing, {n:,} files (ok={r['gate_ok']})",
                      f"{r['gate_s'] * 1000:,.0f} ms vs {r['hash_floor_s'] * 1000:,.0f} ms vs "
                      f"{r['listing_s'] * 1000:,.1f} ms ({r['gate_s'] / n * 1e6:.0f} us/file; peak "
                      f"{r['maxrss_mb']:.0f} MiB)",
-                     f"gate/floor = {ratio:.2f}x, gate/listing = {r['gate_s'] / r['listing_s']:.1f}x", target))
+                     f"gate/floor = {ratio:.2f}x, gate/listing = {r['gate_s'] / r['listing_s']:.1f}x",
+                     f"gate/floor <= 2.0x ({met})"))
         chart["gate"].append(r["gate_s"])
         chart["listing"].append(r["listing_s"])
         files_done.append(n)
@@ -231,7 +232,8 @@ def bench_gate(scale: Scale, skip: set[str]) -> dict[str, Any]:
             f" listing {r['listing_s']:.4f}s")
     notes = ["The gate reads every file (sha256 of the bytes, parquet footer for the record count and schema); "
              "a listing only names objects and sizes. The hashing floor reads and sha256s the same files in one "
-             "process on every core: the gate cannot be faster than that, and the target is within 2x of it."]
+             "process, one thread, sequentially (issue 14 item 5); the gate may use every core, and the target "
+             "is within 2x of the floor, at every file count."]
     return {**out, "rows": rows, "chart": chart, "files": files_done, "notes": notes}
 
 
@@ -464,7 +466,8 @@ def bench_writers(scale: Scale, skip: set[str]) -> dict[str, Any]:
             fig = (f"exit 0: {r['exit0']}/{n}; result = reference fold: {'yes' if r['equals_reference'] else 'NO'}; "
                    f"{tput or 0:.2f} commits/s ({r['exit0']} in {r['wall_s']:.1f} s)")
             if kind == "ours":
-                fig += f"; stale parents {r['stale_parents']}, max attempts {r['max_attempts']}"
+                fig += (f"; stale parents {r['stale_parents']} (rebased {r.get('rebased', 0)}, the rest rebuilt), "
+                        f"max attempts {r['max_attempts']}")
             if r["errors"]:
                 fig += "; failures: " + "; ".join(r["errors"])[:160]
             ratio = target = ""

@@ -12,6 +12,7 @@ from . import _delta, index
 from .apply import ApplyPlan, plan_apply
 from .apply.bucketed import plan_bucketed
 from .apply.reader import parent_reader
+from .commit.rebase import independent_since
 from .commit.writer import Change, Plan, StagedCandidate, commit, replace_files, replace_partitions, stage, write
 from .context import LakeContext, TableContext
 from .contract import DecodedBatch, Reason, Reject
@@ -131,6 +132,17 @@ class IngestPlan(Plan):
         events, self.blocked = _erasure_filter(self.lake, self.decoded)
         self.apply.events = events
         return self.apply.build(ctx, parent)
+
+    def can_rebase(self, ctx: TableContext, staged: StagedCandidate, new_parent: int) -> bool:
+        """Commit the same staged files on `new_parent` when the commits in between are independent
+        ingests (commit/rebase.py) and no subject of this batch was erased since it was filtered."""
+        if self.report.duplicate or staged.empty:
+            return False
+        _, blocked = _erasure_filter(self.lake, self.decoded)
+        if len(blocked) != len(self.blocked):
+            return False
+        keys = self.apply.events[ctx.table.keyed().key].unique().to_list()
+        return independent_since(ctx, staged, new_parent, keys=keys, batch_ids=[self.batch_id])
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
         if self.report.duplicate:

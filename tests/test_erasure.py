@@ -208,7 +208,7 @@ def test_erasure_retries_on_a_stale_parent(history_lake: dr.Lake, monkeypatch: p
 
     monkeypatch.setattr(writer_mod, "gate_candidate", racing_gate)
     report = lake.erase(SUBJECT)
-    assert report.stale_parents == [{"expected": 4, "found": 5}]
+    assert report.stale_parents == [{"expected": 4, "found": 5, "rebased": False}]  # an erasure never rebases
     assert report.attempts == 2 and report.version == 6
     rows = all_rows(lake)["order_id"].to_list()
     assert SUBJECT not in rows and "w" in rows

@@ -10,7 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delta_release.external.filecheck import LazyStats, SchemaCheck, footer_stats_json, inspect_files
+from delta_release.external.filecheck import (
+    WORKERS,
+    LazyStats,
+    SchemaCheck,
+    footer_stats_json,
+    inspect_files,
+    threads_for,
+)
 from delta_release.stage.candidate import footer_stats
 from delta_release.storage import Storage
 
@@ -31,7 +38,8 @@ def test_footer_stats_json_equals_the_reference(rows: int, group: int, nulls: bo
     assert footer_stats_json(meta, SCHEMA.names) == footer_stats(meta) is not None
 
 
-def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("total_bytes", [None, 1 << 40])  # small files: one thread; "large": the pool
+def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path, total_bytes: int | None) -> None:
     paths = []
     for i in range(40):  # enough for the thread pool and several chunks
         rel = f"hour=07/f-{i:03d}.parquet"
@@ -41,7 +49,9 @@ def test_inspect_files_in_order_with_hash_footer_and_errors(tmp_path: Path) -> N
         else:
             pq.write_table(table(i + 1), tmp_path / rel)
         paths.append(rel)
-    facts = list(inspect_files(Storage(str(tmp_path)), paths))
+    storage = Storage(str(tmp_path))
+    assert threads_for(storage, len(paths), total_bytes) == (1 if total_bytes is None else WORKERS)
+    facts = list(inspect_files(storage, paths, total_bytes=total_bytes))
     assert [f.path for f in facts] == paths
     for f in facts:
         data = (tmp_path / f.path).read_bytes()
@@ -69,3 +79,33 @@ def test_lazy_stats_computes_on_first_use_and_falls_back(tmp_path: Path) -> None
     assert stats["b.parquet"] == "fallback b.parquet"
     with pytest.raises(KeyError):
         stats["never-gated.parquet"]
+
+
+@pytest.mark.parametrize("chunk", [64, 1000, 20_000, 1 << 22])
+def test_inspect_files_streams_large_files_once_and_finds_their_footer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Files larger than one read chunk are hashed as they stream; the footer comes from the last two
+    chunks, or (longer than them) from one read of just the footer. A truncated file, a file without
+    magic and one with a corrupt footer are errors, never an abort."""
+    import delta_release.external.filecheck as fc
+
+    monkeypatch.setattr(fc, "CHUNK_BYTES", chunk)
+    (tmp_path / "h").mkdir()
+    pq.write_table(table(3000), tmp_path / "h/big.parquet", row_group_size=100)  # a footer of ~10 KB
+    pq.write_table(table(3), tmp_path / "h/small.parquet")
+    whole = (tmp_path / "h/big.parquet").read_bytes()
+    (tmp_path / "h/trunc.parquet").write_bytes(whole[:-2000])
+    (tmp_path / "h/nomagic.parquet").write_bytes(b"XXXX" + whole[4:])
+    (tmp_path / "h/corrupt.parquet").write_bytes(b"PAR1" + bytes(range(256)) * 20 + (200).to_bytes(4, "little")
+                                                 + b"PAR1")
+    (tmp_path / "h/empty.parquet").write_bytes(b"")
+    names = ["big", "small", "trunc", "nomagic", "corrupt", "empty"]
+    facts = list(inspect_files(Storage(str(tmp_path)), [f"h/{n}.parquet" for n in names]))
+    for f in facts:
+        assert f.sha256 == hashlib.sha256((tmp_path / f.path).read_bytes()).hexdigest(), f.path
+    by = dict(zip(names, facts, strict=True))
+    assert by["big"].meta is not None and by["big"].meta.num_rows == 3000 and by["big"].meta.num_row_groups == 30
+    assert by["big"].meta.to_dict() == pq.read_metadata(tmp_path / "h/big.parquet").to_dict()
+    assert by["small"].meta is not None and by["small"].meta.num_rows == 3
+    for bad in ("trunc", "nomagic", "corrupt", "empty"):
+        assert by[bad].meta is None and by[bad].error, bad

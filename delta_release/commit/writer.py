@@ -11,8 +11,10 @@
 
 A plan only says WHAT it wants on a given parent (`Change`): partitions whose whole content it
 replaces, files already on storage it (re-)registers, files it removes, and its evidence details. It is
-rebuilt from scratch on every attempt, so a stale parent never publishes a candidate computed on an old
-snapshot (a delete would come back). Anything staged by a failed attempt is discarded.
+rebuilt from scratch after a stale parent, so a candidate computed on an old snapshot is never published
+(a delete would come back), unless the plan proves (`Plan.can_rebase`, commit/rebase.py) that no commit
+in between touched what its candidate depends on: then the same staged files are committed on the new
+parent. Anything staged by a failed attempt and not rebased is discarded.
 
 `stage` and `commit` are separate calls so a caller can stage a candidate, check it, and commit it later
 on the same parent (`commit` raises StaleParentError if the table moved meanwhile).
@@ -94,6 +96,12 @@ class Plan:
         """Runs after staging and the gate, before the commit (also for an empty change). An exception
         discards the staged files and ends the write."""
 
+    def can_rebase(self, ctx: TableContext, staged: StagedCandidate, new_parent: int) -> bool:
+        """After a stale parent: are `staged`'s files still right on `new_parent` (commit/rebase.py)? If
+        so they are committed there as they are (no build, no staging, no before_commit); else the plan is
+        rebuilt on the new parent. Default: always rebuild."""
+        return False
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StagedCandidate:
@@ -126,9 +134,10 @@ class StagedCandidate:
 class StaleParent:
     expected: int | None
     found: int | None
+    rebased: bool = False  # the same staged files were committed on the new parent (no rebuild)
 
     def to_json(self) -> dict[str, Any]:
-        return {"expected": self.expected, "found": self.found}
+        return {"expected": self.expected, "found": self.found, "rebased": self.rebased}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +152,11 @@ class WriteResult:
     attempts: int
     stale_parents: list[StaleParent]
     upkeep: Upkeep | None = None  # what before_work did (None when the caller ran it itself)
+
+    @property
+    def rebased(self) -> int:
+        """Stale parents answered by a rebase of the staged files rather than a rebuild."""
+        return sum(s.rebased for s in self.stale_parents)
 
 
 # -- the steps ------------------------------------------------------------------------------------
@@ -206,19 +220,20 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     return StagedCandidate(table=ctx.name, parent=parent, change=change, staged=candidate, evidence=evidence)
 
 
-def commit(ctx: TableContext, staged: StagedCandidate) -> int:
+def commit(ctx: TableContext, staged: StagedCandidate, *, keep_on_stale: bool = False) -> int:
     """One strict Delta commit of a staged candidate on its parent; returns the new version.
 
-    StaleParentError (the table moved past the parent) discards the staged files first: that commit
-    did not land. Any other error leaves them (the commit may have landed); vacuum's orphan rule
-    removes them if no version references them."""
+    StaleParentError (the table moved past the parent) discards the staged files first (unless
+    keep_on_stale: the caller may rebase them): that commit did not land. Any other error leaves them
+    (the commit may have landed); vacuum's orphan rule removes them if no version references them."""
     try:
         with crash_window("commit.during"):
             return _delta.commit(ctx.uri, ctx.storage_options, table=ctx.name, parent=staged.parent,
                                  adds=staged.adds, removes=staged.removes, evidence=staged.evidence.to_json(),
                                  partition_by=[ctx.table.partition])
     except StaleParentError:
-        discard(ctx, staged)
+        if not keep_on_stale:
+            discard(ctx, staged)
         raise
 
 
@@ -319,24 +334,30 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
     done = before_work(ctx) if upkeep else None
     stale: list[StaleParent] = []
     publication = IMMEDIATE if publish_now else DEFERRED
+    rebased: StagedCandidate | None = None  # staged files carried onto a new parent (commit/rebase.py)
     for attempt in range(1, max_attempts + 1):
-        parent = ctx.latest_version()
-        if parent is None:
-            raise NotFoundError(f"no Delta table for {ctx.name}", table=ctx.name)
-        staged = stage(ctx, plan, parent, publication=publication)
+        if rebased is not None:
+            staged, rebased = rebased, None
+        else:
+            parent = ctx.latest_version()
+            if parent is None:
+                raise NotFoundError(f"no Delta table for {ctx.name}", table=ctx.name)
+            staged = stage(ctx, plan, parent, publication=publication)
+            try:
+                plan.before_commit(ctx, staged)
+            except BaseException:
+                discard(ctx, staged)
+                raise
+            if staged.empty:
+                return WriteResult(table=ctx.name, version=None, staged=staged, publication=None,
+                                   attempts=attempt, stale_parents=stale, upkeep=done)
         try:
-            plan.before_commit(ctx, staged)
-        except BaseException:
-            discard(ctx, staged)
-            raise
-        if staged.empty:
-            return WriteResult(table=ctx.name, version=None, staged=staged, publication=None, attempts=attempt,
-                               stale_parents=stale, upkeep=done)
-        try:
-            version = commit(ctx, staged)
+            version = commit(ctx, staged, keep_on_stale=True)
         except StaleParentError as exc:
-            stale.append(StaleParent(expected=exc.expected, found=exc.found))
-            time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
+            rebased = _rebase(ctx, plan, staged)
+            stale.append(StaleParent(expected=exc.expected, found=exc.found, rebased=rebased is not None))
+            if rebased is None:
+                time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
             continue
         crash_point("ingest.after_commit")
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
@@ -344,4 +365,22 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
         record_indexes(ctx, version, staged)
         return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
                            stale_parents=stale, upkeep=done)
+    if rebased is not None:
+        discard(ctx, rebased)
     raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)
+
+
+def _rebase(ctx: TableContext, plan: Plan, staged: StagedCandidate) -> StagedCandidate | None:
+    """`staged` carried onto the new latest version when the plan says its files still hold there; else
+    None, with the staged files discarded (the plan is rebuilt)."""
+    from .rebase import onto
+
+    try:
+        latest = ctx.latest_version()
+        if latest is not None and latest > staged.parent and plan.can_rebase(ctx, staged, latest):
+            return onto(staged, latest)
+    except BaseException:
+        discard(ctx, staged)
+        raise
+    discard(ctx, staged)
+    return None

@@ -257,8 +257,9 @@ def gate_manifest(lake: LakeContext, manifest: Manifest) -> GateReport:
     for f in manifest.files:
         if f.path not in inventory:
             report.note(report.missing, f.path, "not on storage")
-    # read + sha256 + footer of every present file on a thread pool (filecheck.py), checked in order
-    for f, facts in zip(present, inspect_files(storage, [f.path for f in present]), strict=True):
+    # read + sha256 + footer of every present file (filecheck.py: threads for large or remote files)
+    facts_of = inspect_files(storage, [f.path for f in present], total_bytes=sum(inventory[f.path] for f in present))
+    for f, facts in zip(present, facts_of, strict=True):
         if inventory[f.path] != f.size_bytes:
             report.note(report.size_mismatch, f.path, f"expected {f.size_bytes} bytes, found {inventory[f.path]}")
         lake.gateway.requests.object_reads += 1

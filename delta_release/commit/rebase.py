@@ -1,0 +1,85 @@
+"""Rebase a staged candidate onto a newer parent without rebuilding it (issue 14 item 4).
+
+When a strict commit fails because other writers committed first, `write` asks the plan
+(`Plan.can_rebase`) whether its staged files are still right on the new latest version. Only the ingest
+plan says yes, and only when every commit in between is provably independent of its candidate:
+
+- each is a commit of ours (it has evidence) whose operation is an ordinary `ingest` or `replay`, made
+  strictly on the version before it: an erase, rollback, repair-forward, vacuum, release run, external
+  publish or a foreign (non-delta-release) commit means a full rebuild;
+- none of them applied one of our batch ids (a duplicate: the rebuild skips it);
+- none of them removed a file our candidate removes (same partition or bucket rewritten: our staged
+  copy of it would resurrect what they replaced);
+- none of the files they added holds one of our batch's keys (read from those files' key column, so it
+  covers an order both writers placed in different new partitions, where no file is shared).
+
+Then the candidate's adds and removes mean the same on the new parent as on the old one, and the same
+staged files are committed (strictly) on the new parent: nothing is decoded, folded, staged or gated
+again. The plan adds its own conditions (the ingest plan: no subject of its batch was erased since it
+filtered them). Reading a commit's evidence reads that commit's log entry alone (`version_evidence`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from .. import _delta
+from ..evidence import CommitEvidence
+
+if TYPE_CHECKING:
+    from ..context import TableContext
+    from .writer import StagedCandidate
+
+REBASE_OPERATIONS = frozenset({"ingest", "replay"})
+
+
+def independent_since(ctx: TableContext, staged: StagedCandidate, new_parent: int, *, keys: Iterable[str],
+                      batch_ids: Iterable[str]) -> bool:
+    """True when no commit in (staged.parent, new_parent] touched what `staged` depends on (see above)."""
+    if new_parent <= staged.parent:
+        return False
+    ours_removed = {r.path for r in staged.removes}
+    ours_batches = set(batch_ids)
+    key_series = pl.Series("k", sorted(set(keys)), dtype=pl.String)
+    for version in range(staged.parent + 1, new_parent + 1):
+        raw = _delta.version_evidence(ctx.uri, ctx.storage_options, version)
+        if raw is None:
+            return False  # a foreign commit, or its log entry is gone
+        theirs = CommitEvidence.from_json(raw)
+        if (theirs.operation not in REBASE_OPERATIONS or theirs.table != ctx.name
+                or theirs.parent != version - 1):
+            return False
+        if ours_batches.intersection(theirs.batch_ids) or ours_removed.intersection(theirs.removed):
+            return False
+        if key_series.len() and _any_key_in(ctx, [f.path for f in theirs.files], key_series):
+            return False
+    return True
+
+
+def _any_key_in(ctx: TableContext, paths: list[str], keys: pl.Series) -> bool:
+    """Does any of the data files `paths` hold one of `keys` (in any row: current or tombstone)?"""
+    import pyarrow.parquet as pq
+
+    column = ctx.table.key
+    if not column:
+        return bool(paths)  # a table without keys: no way to tell, so not independent
+    for path in paths:
+        with ctx.storage.open_input(path) as handle:
+            found = pl.from_arrow(pq.read_table(handle, columns=[column]).column(column))
+        assert isinstance(found, pl.Series)
+        if found.cast(pl.String).is_in(keys.implode()).any():
+            return True
+    return False
+
+
+def onto(staged: StagedCandidate, new_parent: int) -> StagedCandidate:
+    """The same staged candidate (same files, same adds and removes) on `new_parent`."""
+    candidate = staged.staged
+    if candidate is not None:
+        candidate = dataclasses.replace(candidate, parent=new_parent)
+    evidence = dataclasses.replace(staged.evidence, parent=new_parent)
+    return dataclasses.replace(staged, parent=new_parent, staged=candidate, evidence=evidence)
