@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -64,10 +63,8 @@ def _free_port() -> int:
 
 
 def _server_command(port: int) -> list[str]:
-    exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
-    if exe:
-        return [exe, "-H", "127.0.0.1", "-p", str(port)]
-    return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    """moto's server with its conditional PUTs made atomic, as on S3 (tests/atomic_moto.py says why)."""
+    return [sys.executable, str(Path(__file__).with_name("atomic_moto.py")), "-H", "127.0.0.1", "-p", str(port)]
 
 
 @pytest.fixture(scope="module")
