@@ -312,3 +312,15 @@ def test_broken_lines_naming_an_erased_subject_keep_no_raw_text_on_replay(lake: 
     for report in (lake.ingest(batch), *lake.replay(all_batches=True)):
         shown = quarantine_records(lake, batch_id=report.batch_id, show=True)
         assert [r["text_state"] for r in shown] == ["withheld", "shown"] and "ord-other" in shown[1]["text"]
+
+
+@pytest.mark.parametrize("key", [b"", b"k" * 32, b"long" * 40])
+def test_subject_key_is_hmac_sha256_under_the_lake_secret(key: bytes) -> None:
+    import hashlib
+    import hmac
+
+    from delta_release.erasure.ledger import ErasureLedger
+
+    ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
+    for subject in ("ord-001", "", "ördér-ü", "x" * 500):
+        assert ledger.subject_key(subject) == hmac.new(key, subject.encode("utf-8"), hashlib.sha256).hexdigest()
