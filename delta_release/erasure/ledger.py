@@ -67,6 +67,9 @@ class ErasureEntry:
         return any(lo <= version <= hi for lo, hi in self.exposed or [])
 
 
+MEMO_MAX = 1 << 18  # ids whose keyed hash stays in memory (about 40 MiB at most)
+
+
 def _hmac_pads(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     """The SHA-256 states after HMAC's inner and outer key pads (RFC 2104)."""
     block = hashlib.sha256().block_size
@@ -82,16 +85,26 @@ class ErasureLedger:
         self._key = key
         self._cache: tuple[tuple[tuple[str, int], ...], list[ErasureEntry]] | None = None
         self._inner, self._outer = _hmac_pads(key)
+        self._memo: dict[str, str] = {}
 
     def subject_key(self, subject_id: str) -> str:
         """HMAC-SHA256 of the id under the lake secret, hex (equal to `hmac.new(key, id, sha256)`). The
         padded key states are computed once: a bucket split or an index rebuild hashes millions of ids,
-        and `hmac.new` per id costs 2.7x as much."""
+        and `hmac.new` per id costs 2.7x as much. One ingest hashes each key of its batch three times
+        (its bucket, the key-index lookup, the index record), so recent results are kept in memory
+        (bounded: cleared when full)."""
+        known = self._memo.get(subject_id)
+        if known is not None:
+            return known
         inner = self._inner.copy()
         inner.update(subject_id.encode("utf-8"))
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return str(outer.hexdigest())
+        digest = str(outer.hexdigest())
+        if len(self._memo) >= MEMO_MAX:
+            self._memo.clear()
+        self._memo[subject_id] = digest
+        return digest
 
     def _path(self, subject: str) -> str:
         return f"{SUBJECTS_PREFIX}/{subject}.json"
