@@ -13,11 +13,10 @@ Missing watermark: rebuilt from the whole history once (`_delta.history`).
 
 from __future__ import annotations
 
-import json
-
 from .. import _delta
 from ..evidence import CommitEvidence
 from ..storage import Storage
+from .watermark import read_watermark, write_watermark
 
 WATERMARK = "batches.version"
 MARKERS = "batches"
@@ -28,13 +27,7 @@ class BatchIndex:
         self.index, self.uri, self.options = index, uri, options
 
     def watermark(self) -> int | None:
-        try:
-            mark = json.loads(self.index.read_bytes(WATERMARK))
-            if mark.get("table_id") != _delta.table_id(self.uri, self.options):
-                return None  # written for another table once at this URI: rebuild
-            return int(mark["version"])
-        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
-            return None
+        return read_watermark(self.index, WATERMARK, self.uri, self.options)
 
     def _mark(self, batch_ids: list[str], version: int) -> None:
         for b in batch_ids:
@@ -57,8 +50,7 @@ class BatchIndex:
                 raw = _delta.version_evidence(self.uri, self.options, version)
                 if raw is not None:
                     self._mark(CommitEvidence.from_json(raw).batch_ids, version)
-        self.index.write_bytes(WATERMARK, json.dumps({"version": upto,
-                                                   "table_id": _delta.table_id(self.uri, self.options)}).encode())
+        write_watermark(self.index, WATERMARK, self.uri, self.options, upto)
 
     def applied(self, batch_id: str, *, upto: int) -> bool:
         """True when a commit at or before `upto` (or one already indexed after it) carries `batch_id`."""

@@ -22,7 +22,6 @@ older file of that shard deleted, so the hash is in no index file.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,6 +30,7 @@ import polars as pl
 from .. import _delta
 from ..evidence import CommitEvidence
 from ..storage import Storage
+from .watermark import read_watermark, write_watermark
 
 SHARD_DIGITS = 2
 COMPACT_AFTER = 16
@@ -87,17 +87,10 @@ class KeyIndex:
         self.index.write_once(f"keys/v/{version:012d}", b"")
 
     def _watermark(self) -> int | None:
-        try:
-            mark = json.loads(self.index.read_bytes(COMPLETE))
-            if mark.get("table_id") != _delta.table_id(self.uri, self.options):
-                return None  # written for another table once at this URI: rebuild
-            return int(mark["version"])
-        except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
-            return None
+        return read_watermark(self.index, COMPLETE, self.uri, self.options)
 
     def _set_watermark(self, version: int) -> None:
-        self.index.write_bytes(COMPLETE, json.dumps({"version": version,
-                                                   "table_id": _delta.table_id(self.uri, self.options)}).encode())
+        write_watermark(self.index, COMPLETE, self.uri, self.options, version)
 
     def _locations_of_files(self, paths: list[str]) -> list[tuple[str, int, bool]]:
         rows: list[tuple[str, int, bool]] = []
