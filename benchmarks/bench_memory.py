@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import data_dir, emit, run_child
+from ._common import data_dir, emit, run_child, write_long_line
 
 KINDS = ("long", "lines")
 STEPS = ("decode", "ingest")
@@ -37,15 +37,7 @@ def build(kind: str, size: int, path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as out:
         if kind == "long":
-            head, tail = b'{"schema_version": 2, "order_id": "', b'", "position": 1, "kind": "delete"}\n'
-            out.write(head)
-            left = size - len(head) - len(tail)
-            block = b"x" * BLOCK
-            while left > 0:
-                out.write(block[:min(left, BLOCK)])
-                left -= min(left, BLOCK)
-            out.write(tail)
-            return 1
+            return write_long_line(out, size, block_size=BLOCK)
         written, i, step = 0, 0, 50_000
         while written < size:
             chunk = "".join(

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import emit
+from ._common import emit, write_long_line
 
 BLOCK = 8 << 20
 
@@ -26,15 +26,7 @@ def build(kind: str, size: int, path: Path) -> int:
     tmp = path.with_suffix(".partial")
     with open(tmp, "wb") as out:
         if kind == "long":
-            head, tail = b'{"schema_version":2,"order_id":"', b'","position":1,"kind":"delete"}\n'
-            out.write(head)
-            left = size - len(head) - len(tail)
-            block = b"x" * BLOCK
-            while left > 0:
-                out.write(block[:min(left, BLOCK)])
-                left -= min(left, BLOCK)
-            out.write(tail)
-            lines = 1
+            lines = write_long_line(out, size, block_size=BLOCK)
         else:
             lines = _event_lines(out, size, by_bytes=kind == "lines")
     tmp.rename(path)
