@@ -1,30 +1,53 @@
 """Key index: "in which partition does this order live?" without scanning any other partition.
 
 It holds no order ids: each key is the keyed hash of the erasure ledger (HMAC-SHA256 under the lake
-secret, `ErasureLedger.subject_key`). On storage, under `<lake>/_index/<table>/keys/` (local or S3):
+secret, `ErasureLedger.subject_key`), stored as its 32 raw bytes. The hash is NOT truncated: the index
+maps one hash to one partition, so two orders whose truncated hashes collided would share one entry and
+a lookup could name the other order's partition; the caller (apply/bucketed.py `_elsewhere`,
+apply/reader.py) reads only the partition named and takes "not found there" as "nowhere in the table",
+so the order's old row would survive beside its new one (I10). Full hashes keep that at HMAC odds.
 
-    <ss>/b-<V>.arrow     base of shard ss (the first 2 hex digits of the hash): every key -> partition
-                         value at version V (Arrow IPC: h, day; create-only)
-    <ss>/d-<V>.arrow     what commit V changed in shard ss (h, day, gone; create-only)
-    v/<V>                commit V's deltas are all written (create-only marker)
-    complete.json        {"version": W}: every commit up to W has its deltas (atomic replace)
+Storage: flat files under `<lake>/_index/<table>/<table id>/keys/` (local or S3), a log-structured merge:
 
-A lookup at version P catches up first: for each version in (W, P] whose marker is missing (its writer
-crashed after the commit), the deltas are rebuilt from that commit's evidence (the files it added, key
-column only); then W moves to P. A shard is read as its newest base plus the deltas after it; after
-`COMPACT_AFTER` deltas a reader writes a new base. A missing index (no complete.json) is rebuilt from
-the table at P (one scan of the key and partition columns). Entries may be stale (an order that left a
-partition): the caller reads that partition and does not find it; an order the index does not name is
-nowhere in the table. An erasure removes its subject: a `gone` delta, then its shard compacted and every
-older file of that shard deleted, so the hash is in no index file.
+    d-<A>-<B>.kx    level 0: what commits A..B changed (one commit's own delta has A == B; a catch-up
+                    of several lost commits writes one file for them all)
+    r1-<A>-<B>.kx   level 1: DELTAS_PER_RUN level-0 files merged
+    r2-<A>-<B>.kx   level 2: RUNS_PER_LEVEL level-1 runs merged
+    b-<B>.kx        base: every key -> partition at version B (no removals); RUNS_PER_LEVEL level-2
+                    runs are folded into the previous base to make the next one
+    complete.json   {"version": W}: every commit up to W is in some file above (atomic replace)
+
+Every `.kx` file is create-only (named by the versions it covers, so two writers that merge the same
+inputs write the same name and bytes; the loser's create fails) and holds `MAGIC`, a count n, then n
+sorted 32-byte hashes, then n int32 partition values (`NULL_DAY` for the null partition, `GONE` for an
+order that left the table at that step). A lookup takes the newest base at or below its version and
+the chain of files after it, newest first, and searches each with a binary search of the sorted hash
+column (memory-mapped on local disk, so it touches a few pages per key; on S3 the file is read whole,
+as `Storage` has no range read yet). Writers compact in `record` (not only readers), so a lookup reads
+at most DELTAS_PER_RUN + 2 * RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced
+by a merge is deleted GRACE_VERSIONS versions later (a reader that still hits a deleted file lists
+again). One commit writes one file; a base is rewritten once every DELTAS_PER_RUN * RUNS_PER_LEVEL**2
+commits (amortised, the one cost that grows with the table).
+
+A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer
+crashed after its commit, or another path committed) are rebuilt from those commits' evidence (the files
+each added, key column only) into one level-0 file per gap, then W moves to P. A missing index (no
+complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one
+scan of the key and partition columns). Entries may be stale (an order that left a partition): the
+caller reads that partition and does not find it; an order the index does not name is nowhere in the
+table. An erasure removes its subject: every index file holding its hash is rewritten without it.
 """
 
 from __future__ import annotations
 
-import io
+import mmap
+import os
+import struct
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from .. import _delta
@@ -32,24 +55,109 @@ from ..evidence import CommitEvidence
 from ..storage import Storage
 from .watermark import read_watermark, write_watermark
 
-SHARD_DIGITS = 2
-COMPACT_AFTER = 16
-COMPLETE = "keys/complete.json"
+FOLDER = "keys"
+COMPLETE = f"{FOLDER}/complete.json"
+MAGIC = b"DRKEYS01"
+HEADER = len(MAGIC) + 8
+HASH = np.dtype("S32")  # the full HMAC-SHA256 (see the module docstring for why not shorter)
+DAY = np.dtype("<i4")
 NULL_DAY = -1  # the null partition (event days are >= 0)
+GONE = -2  # the order left the table (erased) at this step
+DELTAS_PER_RUN = 16
+RUNS_PER_LEVEL = 4
+BASE = 3  # the level of a base file
+GRACE_VERSIONS = 8
+_KINDS = {"d": 0, "r1": 1, "r2": 2}
 
 
-def _ipc(frame: pl.DataFrame) -> bytes:
-    sink = io.BytesIO()
-    frame.write_ipc(sink)
-    return sink.getvalue()
+@dataclass(frozen=True, slots=True)
+class _File:
+    path: str
+    level: int  # 0 deltas, 1 and 2 runs, BASE
+    first: int
+    last: int
 
 
-def _read_ipc(data: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(data))
+def _parse(path: str) -> _File | None:
+    name = path.rsplit("/", 1)[-1]
+    if not name.endswith(".kx"):
+        return None
+    kind, _, rest = name[:-3].partition("-")
+    try:
+        if kind == "b":
+            return _File(path, BASE, 0, int(rest))
+        if kind in _KINDS:
+            first, last = rest.split("-")
+            return _File(path, _KINDS[kind], int(first), int(last))
+    except ValueError:
+        return None
+    return None
 
 
-def _shard(h: str) -> str:
-    return h[:SHARD_DIGITS]
+def _name(level: int, first: int, last: int) -> str:
+    if level == BASE:
+        return f"{FOLDER}/b-{last:012d}.kx"
+    return f"{FOLDER}/{('d', 'r1', 'r2')[level]}-{first:012d}-{last:012d}.kx"
+
+
+Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partition values (int32)
+
+
+def _encode(run: Run) -> bytes:
+    h, day = run
+    return MAGIC + struct.pack("<Q", len(h)) + h.astype(HASH).tobytes() + day.astype(DAY).tobytes()
+
+
+def _decode(buf: Any, path: str) -> Run:
+    if bytes(buf[:len(MAGIC)]) != MAGIC:
+        raise ValueError(f"not a key index file: {path}")
+    (n,) = struct.unpack("<Q", bytes(buf[len(MAGIC):HEADER]))
+    return (np.frombuffer(buf, dtype=HASH, count=n, offset=HEADER),
+            np.frombuffer(buf, dtype=DAY, count=n, offset=HEADER + 32 * n))
+
+
+def _empty() -> Run:
+    return np.zeros(0, dtype=HASH), np.zeros(0, dtype=DAY)
+
+
+def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
+    """One run from `runs` given NEWEST FIRST: for a hash in several, the newest entry wins."""
+    runs = [r for r in runs if len(r[0])]
+    if not runs:
+        return _empty()
+    h = np.concatenate([r[0] for r in runs])
+    day = np.concatenate([r[1] for r in runs])
+    order = np.argsort(h, kind="stable")  # equal hashes keep their newest-first order
+    h, day = h[order], day[order]
+    keep = np.ones(len(h), dtype=bool)
+    keep[1:] = h[1:] != h[:-1]
+    h, day = h[keep], day[keep]
+    if drop_gone:
+        alive = day != GONE
+        h, day = h[alive], day[alive]
+    return np.ascontiguousarray(h), np.ascontiguousarray(day)
+
+
+def _from_rows(rows: list[tuple[str, int]]) -> Run:
+    """A run from (hex hash, partition) rows in the order they happened (a later row wins)."""
+    if not rows:
+        return _empty()
+    rows = rows[::-1]
+    h = np.frombuffer(b"".join(bytes.fromhex(x) for x, _ in rows), dtype=HASH)
+    day = np.fromiter((d for _, d in rows), dtype=DAY, count=len(rows))
+    return _merge([(h, day)], drop_gone=False)
+
+
+def _find(run: Run, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted `queries`: which are in `run` (mask) and the partition value of each found one."""
+    h, day = run
+    if not len(h) or not len(queries):
+        return np.zeros(len(queries), dtype=bool), np.zeros(0, dtype=DAY)
+    idx = np.searchsorted(h, queries)
+    inside = idx < len(h)
+    found = np.zeros(len(queries), dtype=bool)
+    found[inside] = h[idx[inside]] == queries[inside]
+    return found, day[idx[found]]
 
 
 def _day_out(d: int) -> int | None:
@@ -60,31 +168,48 @@ def _day_in(d: Any) -> int:
     return NULL_DAY if d is None else int(d)
 
 
+def _chain(files: list[_File], start: int, upto: int, level: int | None = None) -> list[_File]:
+    """Files (of `level`, or any non-base level) covering start+1, start+2, ... up to `upto` without a
+    gap, each the one reaching furthest (a merged file before the files it replaced)."""
+    out: list[_File] = []
+    cur = start
+    while cur < upto:
+        best: _File | None = None
+        for f in files:
+            if f.level == BASE or (level is not None and f.level != level):
+                continue
+            if f.first <= cur + 1 and cur < f.last <= upto and (
+                    best is None or (f.last, f.level) > (best.last, best.level)):
+                best = f
+        if best is None:
+            break
+        out.append(best)
+        cur = best.last
+    return out
+
+
 class KeyIndex:
     def __init__(self, index: Storage, table: Storage, *, uri: str, options: dict[str, str], key: str,
                  partition: str, hasher: Callable[[str], str]) -> None:
         self.index, self.table, self.uri, self.options = index, table, uri, options
         self.key, self.partition, self.hasher = key, partition, hasher
+        self.files_read = 0  # index files opened by this object (tests and benchmarks watch it)
 
-    # -- writing ----------------------------------------------------------------------------------
-    def record(self, version: int, locations: dict[str, int | None], gone: Iterable[str] = (),
-               *, files: Iterable[str] = ()) -> None:
-        """Commit `version` put each order of `locations` (and every order of the data files `files`) in
-        that partition and removed `gone`."""
-        if self._watermark() is None:
-            return  # no index yet: the next lookup builds it from the table, this commit included
-        rows = [(self.hasher(k), _day_in(d), False) for k, d in locations.items()]
-        rows += self._locations_of_files(list(files))
-        rows += [(self.hasher(k), NULL_DAY, True) for k in gone]
-        self._write_deltas(version, rows)
+    # -- files ------------------------------------------------------------------------------------
+    def _files(self) -> list[_File]:
+        return [f for o in self.index.list(FOLDER, recursive=False) if (f := _parse(o.path)) is not None]
 
-    def _write_deltas(self, version: int, rows: list[tuple[str, int, bool]]) -> None:
-        if rows:
-            frame = pl.DataFrame(rows, schema={"h": pl.String, "day": pl.Int32, "gone": pl.Boolean}, orient="row")
-            frame = frame.with_columns(pl.col("h").str.slice(0, SHARD_DIGITS).alias("shard"))
-            for (shard,), part in frame.partition_by("shard", as_dict=True).items():
-                self.index.write_once(f"keys/{shard}/d-{version:012d}.arrow", _ipc(part.drop("shard")))
-        self.index.write_once(f"keys/v/{version:012d}", b"")
+    def _load(self, f: _File) -> Run:
+        """The file's run; FileNotFoundError when a compaction deleted it since it was listed."""
+        self.files_read += 1
+        if self.index.is_local:
+            with open(self.index.local_path(f.path), "rb") as handle:
+                # the mapping outlives the descriptor and the file's name (a later delete is harmless)
+                return _decode(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), f.path)
+        return _decode(self.index.read_bytes(f.path), f.path)
+
+    def _write(self, level: int, first: int, last: int, run: Run) -> None:
+        self.index.write_once(_name(level, first, last), _encode(run))
 
     def _watermark(self) -> int | None:
         return read_watermark(self.index, COMPLETE, self.uri, self.options)
@@ -92,12 +217,24 @@ class KeyIndex:
     def _set_watermark(self, version: int) -> None:
         write_watermark(self.index, COMPLETE, self.uri, self.options, version)
 
-    def _locations_of_files(self, paths: list[str]) -> list[tuple[str, int, bool]]:
-        rows: list[tuple[str, int, bool]] = []
+    # -- writing ----------------------------------------------------------------------------------
+    def record(self, version: int, locations: dict[str, int | None], gone: Iterable[str] = (),
+               *, files: Iterable[str] = ()) -> None:
+        """Commit `version` put each order of `locations` (and every order of the data files `files`) in
+        that partition and removed `gone`. One file write, then the writer's share of compaction."""
+        if self._watermark() is None:
+            return  # no index yet: the next lookup builds it from the table, this commit included
+        rows = [(self.hasher(k), _day_in(d)) for k, d in locations.items()]
+        rows += self._locations_of_files(list(files))
+        rows += [(self.hasher(k), GONE) for k in gone]
+        self._write(0, version, version, _from_rows(rows))
+        self.maintain()
+
+    def _locations_of_files(self, paths: list[str]) -> list[tuple[str, int]]:
+        rows: list[tuple[str, int]] = []
         for path in paths:
             frame = self._read_file(path)
-            for k, d in frame.select(self.key, self.partition).iter_rows():
-                rows.append((self.hasher(k), _day_in(d), False))
+            rows += [(self.hasher(k), _day_in(d)) for k, d in frame.select(self.key, self.partition).iter_rows()]
         return rows
 
     def _read_file(self, path: str) -> pl.DataFrame:
@@ -109,119 +246,189 @@ class KeyIndex:
         value = _partition_of(path, self.partition)
         return data.with_columns(pl.lit(value, dtype=pl.Int32).alias(self.partition))
 
+    def maintain(self) -> None:
+        """Merge full tiers (DELTAS_PER_RUN level-0 files -> a level-1 run, RUNS_PER_LEVEL runs -> the
+        next level, RUNS_PER_LEVEL level-2 runs + the base -> a new base), then delete what merges
+        replaced more than GRACE_VERSIONS versions ago."""
+        for _ in range(3):  # a concurrent tidy may delete an input we listed: list again
+            try:
+                self._maintain()
+                return
+            except FileNotFoundError:
+                continue
+
+    def _maintain(self) -> None:
+        files = self._files()
+        for level in (0, 1, 2):
+            bases = [f for f in files if f.level == BASE]
+            if not bases:
+                return
+            above = max(f.last for f in files if f.level > level)
+            units = _chain(files, above, max(f.last for f in files), level)
+            fan = DELTAS_PER_RUN if level == 0 else RUNS_PER_LEVEL
+            if len(units) < fan:
+                continue
+            units = units[:fan]
+            runs = [self._load(f) for f in reversed(units)]
+            if level < 2:
+                self._write(level + 1, units[0].first, units[-1].last, _merge(runs, drop_gone=False))
+            else:
+                base = max((b for b in bases if b.last == above), key=lambda b: b.last)
+                merged = _merge([*runs, self._load(base)], drop_gone=True)
+                self._write(BASE, 0, units[-1].last, merged)
+            files = self._files()
+        self._tidy(files)
+
+    def _tidy(self, files: list[_File]) -> None:
+        latest = max((f.last for f in files), default=-1)
+        for f in files:
+            for g in files:
+                if g is f or g.last > latest - GRACE_VERSIONS:
+                    continue
+                if (g.level > f.level or (g.level == BASE == f.level and g.last > f.last)) and (
+                        g.first <= f.first and f.last <= g.last):
+                    self.index.delete(f.path)
+                    break
+
     def catch_up(self, upto: int) -> None:
-        """Make the index valid for `upto`: build it when missing, rebuild lost deltas when behind."""
+        """Make the index valid for `upto`: build it when missing, rebuild lost commits when behind."""
         start = self._watermark()
         if start is None:
             self.rebuild(upto)
             return
         if start >= upto:
             return
-        for version in range(start + 1, upto + 1):
-            if self.index.exists(f"keys/v/{version:012d}"):
-                continue
-            raw = _delta.version_evidence(self.uri, self.options, version)
-            if raw is None:  # not a commit of ours (or its log entry is gone): rebuild from the table
-                self.rebuild(upto)
-                return
-            evidence = CommitEvidence.from_json(raw)
-            self._write_deltas(version, self._locations_of_files([f.path for f in evidence.files]))
+        files = self._files()
+        if not any(f.level == BASE for f in files):
+            self.rebuild(upto)
+            return
+        covered = np.zeros(upto - start, dtype=bool)  # versions start+1 .. upto
+        for f in files:
+            lo, hi = max(f.first, start + 1), min(f.last, upto)
+            if lo <= hi:
+                covered[lo - start - 1:hi - start] = True
+        gaps: list[tuple[int, int]] = []
+        for offset in np.nonzero(~covered)[0].tolist():
+            v = start + 1 + offset
+            if gaps and gaps[-1][1] == v - 1:
+                gaps[-1] = (gaps[-1][0], v)
+            else:
+                gaps.append((v, v))
+        for first, last in gaps:  # one file per gap, not one per version
+            rows: list[tuple[str, int]] = []
+            for version in range(first, last + 1):
+                raw = _delta.version_evidence(self.uri, self.options, version)
+                if raw is None:  # not a commit of ours (or its log entry is gone): rebuild from the table
+                    self.rebuild(upto)
+                    return
+                evidence = CommitEvidence.from_json(raw)
+                rows += self._locations_of_files([f.path for f in evidence.files])
+            self._write(0, first, last, _from_rows(rows))
         self._set_watermark(upto)
-        for version in range(start + 1, upto + 1):  # the markers behind the watermark are not needed
-            self.index.delete(f"keys/v/{version:012d}")
+        if gaps:
+            self.maintain()
 
     def rebuild(self, version: int) -> None:
-        """The whole index from the table at `version` (a missing index). Deletes nothing: writers may be
-        rebuilding at the same time; a base hides every delta up to its version."""
+        """The whole index from the table at `version` (a missing index). Deletes no file of this layout:
+        writers may be rebuilding at the same time; a base hides every file up to its version."""
         rows: list[tuple[str, int]] = []
         if version > 0:
             for entry in _delta.file_entries(self.uri, self.options, version):
                 frame = self._read_file(entry.path)
                 rows += [(self.hasher(k), _day_in(d)) for k, d in frame.select(self.key, self.partition).iter_rows()]
-        frame = pl.DataFrame(rows, schema={"h": pl.String, "day": pl.Int32}, orient="row")
-        frame = frame.unique("h", keep="last").with_columns(pl.col("h").str.slice(0, SHARD_DIGITS).alias("shard"))
-        for (shard,), part in frame.partition_by("shard", as_dict=True).items():
-            self.index.write_once(f"keys/{shard}/b-{version:012d}.arrow", _ipc(part.drop("shard")))
+        self._write(BASE, 0, version, _merge([_from_rows(rows)], drop_gone=True))
         self._set_watermark(version)
+        self._drop_legacy()
+
+    def _legacy(self) -> list[str]:
+        """Files of the previous per-shard layout (`keys/<shard>/...`, `keys/v/...`): ignored, deleted."""
+        cut = len(FOLDER) + 1
+        return [o.path for o in self.index.list(FOLDER, recursive=True) if "/" in o.path[cut:]]
+
+    def _drop_legacy(self) -> None:
+        for path in self._legacy():
+            self.index.delete(path)
 
     # -- reading ----------------------------------------------------------------------------------
-    def _shard_state(self, shard: str, upto: int) -> tuple[pl.DataFrame, int]:
-        """The shard's map (h -> day) at `upto`, and how many deltas it applied."""
-        for _ in range(3):  # a concurrent compaction may delete a file we listed: list again
-            try:
-                return self._read_shard(shard, upto)
-            except FileNotFoundError:
-                continue
-        return self._read_shard(shard, upto)
-
-    def _read_shard(self, shard: str, upto: int) -> tuple[pl.DataFrame, int]:
-        names = self._names(shard)
-        bases = sorted(p for p in names if p.rsplit("/", 1)[-1].startswith("b-"))
-        base_v = _version_of(bases[-1]) if bases else -1
-        state = (_read_ipc(self.index.read_bytes(bases[-1])) if bases
-                 else pl.DataFrame(schema={"h": pl.String, "day": pl.Int32}))
-        deltas = sorted(p for p in names if p.rsplit("/", 1)[-1].startswith("d-") and base_v < _version_of(p) <= upto)
-        if deltas:
-            changes = pl.concat([_read_ipc(self.index.read_bytes(p)) for p in deltas])
-            changes = changes.unique("h", keep="last", maintain_order=True)
-            state = pl.concat([state.join(changes.select("h"), on="h", how="anti"),
-                               changes.filter(pl.col("gone").not_()).select("h", "day")])
-        return state, len(deltas)
-
-    def _names(self, shard: str) -> list[str]:
-        """The shard's base and delta files (never another writer's temporary file)."""
-        return [o.path for o in self.index.list(f"keys/{shard}", recursive=False)
-                if o.path.rsplit("/", 1)[-1][:2] in ("b-", "d-") and o.path.endswith(".arrow")]
-
-    def compact(self, shard: str, version: int, *, drop_all_older: bool = False) -> None:
-        """Write the shard's base at `version` (all its deltas up to it) and delete what it replaces."""
-        state, _ = self._shard_state(shard, version)
-        names = self._names(shard)
-        prior = sorted(_version_of(p) for p in names
-                       if p.rsplit("/", 1)[-1].startswith("b-") and _version_of(p) < version)
-        new = f"keys/{shard}/b-{version:012d}.arrow"
-        if not self.index.write_once(new, _ipc(state)) and drop_all_older:
-            self.index.write_bytes(new, _ipc(state))  # an older compaction at this version kept the subject
-        # Keep the previous base and its deltas for readers that listed before us (unless erasing).
-        cut = version if drop_all_older else (prior[-1] - 1 if prior else -1)
-        for p in names:
-            if _version_of(p) <= cut and p != new:
-                self.index.delete(p)
+    def _view(self, files: list[_File], upto: int) -> list[_File] | None:
+        """The files a lookup at `upto` reads, newest first (the base last); None without a base."""
+        bases = [f for f in files if f.level == BASE]
+        if not bases:
+            return None
+        below = [b for b in bases if b.last <= upto]
+        if below:
+            base = max(below, key=lambda b: b.last)
+            chain = _chain(files, base.last, upto)
+            if (chain[-1].last if chain else base.last) >= upto:
+                return [*reversed(chain), base]
+        # The files for `upto` are gone (a reader far behind the writers): answer at the newest state,
+        # which a stale-parent check makes safe (the writer's commit fails and is rebuilt).
+        base = max(bases, key=lambda b: b.last)
+        return [*reversed(_chain(files, base.last, max(f.last for f in files))), base]
 
     def locate(self, keys: Iterable[str], *, upto: int) -> dict[str, int | None]:
         """order id -> the partition value the index names for it at `upto` (absent: in no partition)."""
         self.catch_up(upto)
-        by_hash = {self.hasher(k): k for k in keys}
+        by_hash = {bytes.fromhex(self.hasher(k)): k for k in keys}
+        if not by_hash:
+            return {}
+        hashes = sorted(by_hash)
+        queries = np.frombuffer(b"".join(hashes), dtype=HASH)
+        for attempt in range(5):
+            try:
+                return self._locate(by_hash, hashes, queries, upto)
+            except FileNotFoundError:  # a compaction deleted a file we listed: list again
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _locate(self, by_hash: dict[bytes, str], hashes: list[bytes], queries: np.ndarray,
+                upto: int) -> dict[str, int | None]:
+        view = self._view(self._files(), upto)
+        if view is None:  # no base: a layout this version does not read
+            self.rebuild(upto)
+            view = self._view(self._files(), upto)
+            assert view is not None
         out: dict[str, int | None] = {}
-        shards: dict[str, list[str]] = {}
-        for h in by_hash:
-            shards.setdefault(_shard(h), []).append(h)
-        for shard, hashes in shards.items():
-            state, n_deltas = self._shard_state(shard, upto)
-            hits = state.filter(pl.col("h").is_in(pl.Series(hashes, dtype=pl.String).implode()))
-            for h, d in hits.iter_rows():
-                out[by_hash[h]] = _day_out(d)
-            if n_deltas > COMPACT_AFTER:
-                self.compact(shard, upto)
+        pending = np.arange(len(hashes))
+        for f in view:
+            if not len(pending):
+                break
+            found, days = _find(self._load(f), queries[pending])
+            for i, d in zip(pending[found].tolist(), days.tolist(), strict=True):
+                if d != GONE:
+                    out[by_hash[hashes[i]]] = _day_out(d)
+            pending = pending[~found]
         return out
 
     def forget(self, subject_id: str, version: int) -> None:
-        """After an erasure commit at `version`: the subject's hash leaves every file of its shard."""
+        """After an erasure commit at `version`: the subject's hash leaves every index file (each file
+        holding it is replaced by a copy without it; a base copy costs a pass over the base)."""
         self.catch_up(version)
-        self.compact(_shard(self.hasher(subject_id)), version, drop_all_older=True)
+        subject = np.frombuffer(bytes.fromhex(self.hasher(subject_id)), dtype=HASH)
+        for _ in range(3):  # a writer merging files it read before us may re-create it: look again
+            rewrote = False
+            for f in self._files():
+                try:
+                    run = self._load(f)
+                except FileNotFoundError:
+                    continue
+                found, _ = _find(run, subject)
+                if found[0]:
+                    keep = run[0] != subject[0]
+                    self.index.write_bytes(f.path, _encode((run[0][keep], run[1][keep])))
+                    rewrote = True
+            if not rewrote:
+                break
+        self._drop_legacy()
 
     def holds(self, subject_hash: str) -> bool:
         """True when any index file names `subject_hash` (for tests and audits)."""
-        for path in self._names(_shard(subject_hash)):
-            frame = _read_ipc(self.index.read_bytes(path))
-            if frame.filter(pl.col("h") == subject_hash).height:
+        subject = np.frombuffer(bytes.fromhex(subject_hash), dtype=HASH)
+        for f in self._files():
+            if _find(self._load(f), subject)[0][0]:
                 return True
-        return False
-
-
-def _version_of(path: str) -> int:
-    name = path.rsplit("/", 1)[-1]
-    return int(name[2:].split(".", 1)[0])
+        return any(subject_hash.encode() in self.index.read_bytes(p) for p in self._legacy())
 
 
 def _partition_of(path: str, column: str) -> int | None:
