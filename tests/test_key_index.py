@@ -117,6 +117,7 @@ def test_erasure_removes_the_subject_from_the_key_index(tmp_path: Path) -> None:
     assert not key_index(lake).holds(subject)
     files = [p for p in index_dir(lake).rglob("*") if p.is_file()]
     assert files and not any(subject.encode() in p.read_bytes() for p in files)
+    assert not any(bytes.fromhex(subject) in p.read_bytes() for p in files)  # the stored form: raw bytes
     assert not any(b"ord-47" in p.read_bytes() for p in files)  # never a plain id
     assert "ord-47" not in key_index(lake).locate(["ord-47"], upto=lake.latest_version("orders") or 0)
     assert set(current(lake)) == {"ord-48", "ord-49"}
@@ -148,3 +149,69 @@ def test_an_index_left_by_another_table_at_the_same_uri_is_not_trusted(tmp_path:
     report = again.ingest(data)
     assert not report.duplicate and report.version == 1
     assert current(again) == oracle([up("a", 1, day=1)])
+
+
+def test_lookups_read_a_bounded_number_of_files_after_many_commits(tmp_path: Path) -> None:
+    """300 small commits: one file per commit, writers compact, a lookup reads <= 16 + 8 + 1 files, every
+    answer equals a model of where each order is, and an erasure still reaches every file."""
+    from delta_release.index import keys as kx
+
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up("k0", 1, day=1)]))
+    ki = key_index(lake)
+    rng = random.Random(7)
+    model: dict[str, int | None] = {"k0": 1}
+    listed, at_296 = [], {}
+    for version in range(2, 302):
+        moves = {f"k{rng.randint(0, 400)}": rng.choice([None, *range(1, 30)]) for _ in range(5)}
+        gone = [k for k in (f"k{rng.randint(0, 400)}",) if rng.random() < 0.2 and k not in moves]
+        ki.record(version, moves, gone)
+        model.update(moves)
+        for k in gone:
+            model.pop(k, None)
+        listed.append(len(list((index_dir(lake) / "keys").iterdir())))
+        if version == 296:
+            at_296 = dict(model)
+    bound = kx.DELTAS_PER_RUN + 2 * kx.RUNS_PER_LEVEL + 1
+    assert max(listed[50:]) <= 2 * bound + kx.GRACE_VERSIONS  # superseded files are deleted, not kept
+    assert any(p.name.startswith("b-") and int(p.name[2:14]) >= 256
+               for p in (index_dir(lake) / "keys").iterdir())  # a writer folded 256 commits into a new base
+    asked = [f"k{i}" for i in range(401)]
+    fresh = key_index(lake)
+    assert fresh.locate(asked, upto=301) == model
+    assert 1 <= fresh.files_read <= bound
+    assert key_index(lake).locate(asked, upto=296) == at_296  # a parent inside the grace: as of it
+    subject = next(k for k in model if k != "k0")
+    subject_hash = lake.erasures.subject_key(subject)
+    assert fresh.holds(subject_hash)
+    fresh.forget(subject, 301)
+    assert not fresh.holds(subject_hash)
+    raw = bytes.fromhex(subject_hash)
+    assert not any(raw in p.read_bytes() for p in index_dir(lake).rglob("*") if p.is_file())
+    assert fresh.locate(asked, upto=301) == {k: v for k, v in model.items() if k != subject}
+
+
+def test_a_lake_many_commits_behind_is_caught_up_in_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up("a", 1, day=1)]))
+    monkeypatch.setenv(index.ENV_OFF, "1")  # commits by a path that keeps no index
+    for i, day in enumerate([2, 3, 4, 5], start=2):
+        lake.ingest(jsonl([up("a", i, day=day), up(f"n{i}", 100 + i, day=day)]))
+    monkeypatch.delenv(index.ENV_OFF)
+    assert key_index(lake).locate(["a", "n2", "n5", "zz"], upto=5) == {"a": 5, "n2": 2, "n5": 5}
+    names = sorted(p.name for p in (index_dir(lake) / "keys").iterdir())
+    assert "d-000000000002-000000000005.kx" in names  # one file for the four missed commits
+    assert not [n for n in names if n.startswith("d-000000000003")]
+
+
+def test_the_index_of_the_previous_layout_is_replaced(tmp_path: Path) -> None:
+    """An index left in the per-shard layout (keys/<shard>/*.arrow, keys/v/*) is rebuilt, and its files go."""
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up("a", 1, day=1), up("b", 2, day=2)]))
+    keys_dir = index_dir(lake) / "keys"
+    for p in keys_dir.glob("*.kx"):
+        p.unlink()
+    (keys_dir / "ab").mkdir()
+    (keys_dir / "ab" / "b-000000000001.arrow").write_bytes(lake.erasures.subject_key("a").encode())
+    assert key_index(lake).locate(["a", "b"], upto=1) == {"a": 1, "b": 2}
+    assert not (keys_dir / "ab" / "b-000000000001.arrow").exists()
