@@ -358,14 +358,16 @@ class Storage:
         except FileNotFoundError:
             pass
 
-    def temp_files(self, grace_seconds: float = TEMP_GRACE_SECONDS) -> list[TempFile]:
-        """Every temp file under the root (outside Delta logs and the catalog), with its state. Temp files
-        exist on local disk only: object-store writes are single PUTs."""
+    def temp_files(self, grace_seconds: float = TEMP_GRACE_SECONDS, *,
+                   under: tuple[str, ...] | None = None) -> list[TempFile]:
+        """Every temp file under the root (outside Delta logs and the catalog), with its state; only those
+        under the folders `under` when given (a bounded sweep, temp/sweep.py). Temp files exist on local
+        disk only: object-store writes are single PUTs."""
         if not self.is_local:
             return []
         now = time.time()
         out: list[TempFile] = []
-        stack = [self._base]
+        stack = [self._base] if under is None else [self._full(u) for u in under]
         while stack:
             try:
                 entries = list(os.scandir(stack.pop()))
@@ -389,10 +391,11 @@ class Storage:
                                         age_seconds=age, state=state))
         return sorted(out, key=lambda t: t.path)
 
-    def sweep_temp(self, grace_seconds: float = TEMP_GRACE_SECONDS, *, apply: bool = True) -> list[TempFile]:
-        """Remove the stale temp files (abandoned, or older than the grace); returns them. In-flight
-        ones belong to a running writer and are left alone."""
-        stale = [t for t in self.temp_files(grace_seconds) if t.stale]
+    def sweep_temp(self, grace_seconds: float = TEMP_GRACE_SECONDS, *, apply: bool = True,
+                   under: tuple[str, ...] | None = None) -> list[TempFile]:
+        """Remove the stale temp files (abandoned, or older than the grace), under `under` only when
+        given; returns them. In-flight ones belong to a running writer and are left alone."""
+        stale = [t for t in self.temp_files(grace_seconds, under=under) if t.stale]
         if apply:
             for t in stale:
                 self.delete(t.path)

@@ -41,7 +41,6 @@ table. An erasure removes its subject: every index file holding its hash is rewr
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass

@@ -20,6 +20,7 @@ from ..storage import TEMP_GRACE_SECONDS, Storage
 from .details import safe_detail
 from .ledger import FORMAT, FORMAT_KEY, PREFIX, QuarantineLedger, QuarantineRow, encode_rows
 from .spans import line_spans
+from .temp_sweep import sweep_at_writer_start
 
 MARKER = f"{PREFIX}/format.json"
 
@@ -62,6 +63,7 @@ def migrate_legacy(storage: Storage) -> int:
 
 
 def writer_start(storage: Storage, grace_seconds: float = TEMP_GRACE_SECONDS) -> dict[str, Any]:
-    """Called by a writer before its own work: removes stale temp files, migrates a legacy ledger."""
-    removed = storage.sweep_temp(grace_seconds)
+    """Called by a writer before its own work: removes stale temp files (the whole lake at most every
+    few minutes, temp_sweep.py), migrates a legacy ledger."""
+    removed = sweep_at_writer_start(storage, grace_seconds)  # bounded: temp_sweep.py
     return {"temp_files_removed": [t.path for t in removed], "quarantine_migrated": migrate_legacy(storage)}
