@@ -137,6 +137,27 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
     return np.ascontiguousarray(h), np.ascontiguousarray(day)
 
 
+def _fold(base: Run, change: Run) -> Run:
+    """`change` (newer) folded into the large `base`: a search and one copy, no sort of the base."""
+    h, day = base
+    ch, cd = change
+    if not len(ch):
+        return base
+    idx = np.searchsorted(h, ch)
+    inside = idx < len(h)
+    same = np.zeros(len(ch), dtype=bool)
+    same[inside] = h[idx[inside]] == ch[inside]
+    day = np.array(day, dtype=DAY)  # a writable copy (the base may be memory-mapped)
+    day[idx[same]] = cd[same]
+    if not same.all():
+        h = np.insert(h, idx[~same], ch[~same])
+        day = np.insert(day, idx[~same], cd[~same])
+    if (cd == GONE).any():
+        alive = day != GONE
+        h, day = h[alive], day[alive]
+    return np.ascontiguousarray(h), np.ascontiguousarray(day)
+
+
 def _from_rows(rows: list[tuple[str, int]]) -> Run:
     """A run from (hex hash, partition) rows in the order they happened (a later row wins)."""
     if not rows:
@@ -273,7 +294,7 @@ class KeyIndex:
                 self._write(level + 1, units[0].first, units[-1].last, _merge(runs, drop_gone=False))
             else:
                 base = max((b for b in bases if b.last == above), key=lambda b: b.last)
-                merged = _merge([*runs, self._load(base)], drop_gone=True)
+                merged = _fold(self._load(base), _merge(runs, drop_gone=False))
                 self._write(BASE, 0, units[-1].last, merged)
             files = self._files()
         self._tidy(files)
