@@ -105,8 +105,9 @@ Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partiti
 
 
 def _encode(run: Run) -> bytes:
-    h, day = run
-    return MAGIC + struct.pack("<Q", len(h)) + h.astype(HASH).tobytes() + day.astype(DAY).tobytes()
+    h, day = run  # one copy into the result (a base is large: no intermediate bytes objects)
+    return b"".join((MAGIC, struct.pack("<Q", len(h)), memoryview(np.ascontiguousarray(h, dtype=HASH)),
+                     memoryview(np.ascontiguousarray(day, dtype=DAY))))
 
 
 def _decode(buf: Any, path: str) -> Run:
