@@ -106,8 +106,8 @@ Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partiti
 
 def _encode(run: Run) -> bytes:
     h, day = run  # one copy into the result (a base is large: no intermediate bytes objects)
-    return b"".join((MAGIC, struct.pack("<Q", len(h)), memoryview(np.ascontiguousarray(h, dtype=HASH)),
-                     memoryview(np.ascontiguousarray(day, dtype=DAY))))
+    return b"".join((MAGIC, struct.pack("<Q", len(h)), np.ascontiguousarray(h, dtype=HASH).data,
+                     np.ascontiguousarray(day, dtype=DAY).data))
 
 
 def _decode(buf: Any, path: str) -> Run:
