@@ -153,3 +153,36 @@ def test_gate_reports_the_same_in_worker_processes(lake: dr.Lake, tmp_path: Path
     assert here["unexpected"] == ["hour=09/stray.parquet"]
     assert len(here_stats) == 30 - 2 - corrupt  # not the missing, the other schema, the corrupt footer
     assert all(json.loads(stats)["numRecords"] == 4 for stats in here_stats.values())
+
+
+def _entry(i: int, **over: Any) -> dict[str, Any]:
+    return {"path": f"hour=09/f-{i}.parquet", "size_bytes": 10 + i, "records": i, "sha256": f"{i:064x}", **over}
+
+
+@pytest.mark.parametrize("bad", [
+    None, {"sha256": "A" * 64}, {"sha256": "0" * 63}, {"size_bytes": True}, {"records": -1}, {"size_bytes": 1.0},
+    {"path": "hour=09/f-1.parquet"}, {"path": "hour=09/f-9.parquet\n"}, {"path": "hour=10/f-9.parquet"},
+    {"path": "hour=09/x/f-9.parquet"}, {"path": 7}, {"extra": 1}, {"sha256": f"{9:064x}\n"},
+])
+def test_manifest_fast_path_accepts_and_refuses_as_the_entry_by_entry_parse(
+        lake: dr.Lake, monkeypatch: pytest.MonkeyPatch, bad: dict[str, Any] | None) -> None:
+    """`_well_formed` checks whole columns at once; whatever it accepts, the entry-by-entry parse accepts
+    with the same result, and a manifest it passes on gets the same answer or the same error."""
+    import delta_release.external.manifest as mf
+
+    files = [_entry(i) for i in range(12)]
+    if bad is not None:
+        files[9] = _entry(9, **bad)
+    doc = {"table": "telemetry", "partition": {"hour": 9}, "generation": "g-1", "files": files}
+
+    def parse() -> Any:
+        try:
+            return mf.parse_manifest(doc, source="m.json", tables=lake.tables)
+        except Exception as exc:  # noqa: BLE001 - compared below
+            return str(exc)
+
+    fast = parse()
+    monkeypatch.setattr(mf, "_well_formed", lambda raw, directory: None)
+    assert fast == parse()
+    if bad is None:
+        assert not isinstance(fast, str) and len(fast.files) == 12

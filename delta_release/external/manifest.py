@@ -119,23 +119,36 @@ def parse_manifest(doc: Any, *, source: str, tables: dict[str, TableDef]) -> Man
     raw_files = doc["files"]
     if not isinstance(raw_files, list) or not raw_files:
         raise _bad(source, "files", "must be a non-empty list")
-    files: list[ManifestFile] = []
-    seen: set[str] = set()
-    # the common case in one expression per file (exact types, a name regex anchored at both ends); a file
-    # it does not accept goes through `_parse_file`, which accepts or names what is wrong, as it always did
-    good_path = re.compile(re.escape(directory) + r"/[A-Za-z0-9][A-Za-z0-9._=-]*\.parquet").fullmatch
-    good_sha = re.compile(r"[0-9a-f]{64}").fullmatch
-    for i, f in enumerate(raw_files):
-        if type(f) is dict and f.keys() == _FILE_KEYS:
-            path, size, records, sha = f["path"], f["size_bytes"], f["records"], f["sha256"]
-            if (type(path) is str and good_path(path) and path not in seen and type(size) is int and size >= 0
-                    and type(records) is int and records >= 0 and type(sha) is str and good_sha(sha)):
-                seen.add(path)
-                files.append(ManifestFile(path=path, size_bytes=size, records=records, sha256=sha))
-                continue
-        files.append(_parse_file(f, f"files[{i}]", directory, source, seen))
+    files = _well_formed(raw_files, directory)
+    if files is None:  # some entry is not: find the first and name what is wrong with it
+        files = []
+        seen: set[str] = set()
+        for i, f in enumerate(raw_files):
+            files.append(_parse_file(f, f"files[{i}]", directory, source, seen))
     return Manifest(source=source, table=tdef.name, column=tdef.partition, value=value, generation=generation,
                     files=tuple(files))
+
+
+def _well_formed(raw_files: list[Any], directory: str) -> list[ManifestFile] | None:
+    """The files of a manifest whose every entry is well-formed (the common case), checked a whole column at
+    a time (one regex over the joined paths, one over the joined digests, exact int types); None when any
+    entry is not, and `_parse_file` then finds and names it. Accepts nothing `_parse_file` refuses."""
+    if not all(type(f) is dict and f.keys() == _FILE_KEYS for f in raw_files):
+        return None
+    paths = [f["path"] for f in raw_files]
+    sizes = [f["size_bytes"] for f in raw_files]
+    records = [f["records"] for f in raw_files]
+    shas = [f["sha256"] for f in raw_files]
+    if ({type(v) for v in paths} != {str} or {type(v) for v in shas} != {str} or {type(v) for v in sizes} != {int}
+            or {type(v) for v in records} != {int} or min(sizes) < 0 or min(records) < 0
+            or len(set(paths)) != len(paths)):
+        return None
+    name = re.escape(directory) + r"/[A-Za-z0-9][A-Za-z0-9._=-]*\.parquet"  # no newline in a name
+    if (re.fullmatch(f"{name}(?:\n{name})*", "\n".join(paths)) is None
+            or re.fullmatch(r"[0-9a-f]{64}(?:\n[0-9a-f]{64})*", "\n".join(shas)) is None):
+        return None
+    return [ManifestFile(path=p, size_bytes=n, records=r, sha256=h)
+            for p, n, r, h in zip(paths, sizes, records, shas, strict=True)]
 
 
 def _parse_file(f: Any, key: str, directory: str, source: str, seen: set[str]) -> ManifestFile:
