@@ -218,7 +218,8 @@ def bench_gate(scale: Scale, skip: set[str]) -> dict[str, Any]:
         out["runs"][n] = r
         ratio = r["gate_s"] / r["hash_floor_s"]
         met = "met" if ratio <= 2 else "NOT met"
-        rows.append(("gate", f"manifest gate ({r.get('gate_workers', '?')} threads) vs hashing floor (sequential) "
+        pool = {"processes": "processes", "threads": "threads"}.get(r.get("gate_pool", "threads"), "thread")
+        rows.append(("gate", f"manifest gate ({r.get('gate_workers', '?')} {pool}) vs hashing floor (sequential) "
                      f"vs listing, {n:,} files (ok={r['gate_ok']})",
                      f"{r['gate_s'] * 1000:,.0f} ms vs {r['hash_floor_s'] * 1000:,.0f} ms vs "
                      f"{r['listing_s'] * 1000:,.1f} ms ({r['gate_s'] / n * 1e6:.0f} us/file; peak "

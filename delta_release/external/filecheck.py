@@ -1,13 +1,15 @@
 """The manifest gate's per-file work at the speed of hashing: read, sha256 and parquet footer of every
-file on a thread pool (hashlib and pyarrow release the GIL on their large buffers, so both cores work),
-with the Python work per file cut to what the gate needs.
+file, on every core, with the Python work per file cut to what the gate needs.
 
 - Local files are read once, in CHUNK_BYTES `os.read` calls (no buffered-IO objects; a small file is one
   read), each chunk hashed as it arrives, so a large file is never held whole; S3 objects through the
-  storage's filesystem.
+  storage's filesystem. Only regular files are read (a FIFO under a listed name does not block).
 - The footer is parsed by pyarrow's reader from the bytes already read (the whole small file, or the
   magic + footer of a large one: no second read unless a footer is longer than two chunks), and none of
   `pq.read_metadata`'s Python wrapping, which cost more than the hashing.
+- Where the work runs (`pool_for`): many small local files in forked worker processes (the footer reader
+  holds the GIL, so threads never ran two at once), large or remote files on a thread pool (hashlib and
+  the store release the GIL), a few small files in the calling thread. See `inspect`.
 - The schema is converted to Arrow once per distinct parquet schema, not once per file.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
   with row groups and column chunks fetched once (the same document as
@@ -50,7 +52,7 @@ CHUNK_BYTES = 8 << 20  # bytes per read: a large file is hashed as it streams, n
 MAGIC = b"PAR1"
 PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread pool pays
 PROCESSES = min(WORKERS, os.cpu_count() or 1)  # worker processes for many small files: one per core
-PROCESS_MIN_FILES = 1000  # from this many small files, forking the workers (~20-40 ms) pays
+PROCESS_MIN_FILES = 2000  # from this many small files, forking the workers (~20-40 ms) pays (1,000: a tie)
 PROCESS_CHUNK = 256  # paths per worker task at most
 
 
@@ -273,14 +275,15 @@ def inspect(storage: Storage, paths: list[str], *, keep_data: bool = False,
     """The Answer of each path, in order; with `check`, each readable footer's schema verdict too.
 
     Where the work can run on every core (`pool_for`):
-    - many small local files (PROCESS_MIN_FILES or more, averaging under PARALLEL_MIN_BYTES): forked
-      worker processes, each reading, hashing and footer-checking chunks of files with the same code as
-      here. pyarrow's footer reader holds the GIL for most of its ~40 us per file, so threads only added
-      GIL hand-offs (2 threads measured slower than 1); processes run side by side. The work starts when
-      this function is called, so the caller's own work overlaps it. A worker sends back only the digest,
-      the row count, the schema verdict and the footer's bytes (parsed again here only when the commit
-      asks for the statistics). A worker that dies (killed, out of memory, a crash in native code) costs
-      no answer: its chunks and every later one are inspected in this process, with the same checks.
+    - many small local files (PROCESS_MIN_FILES or more, averaging under PARALLEL_MIN_BYTES): PROCESSES
+      forked worker processes, each reading, hashing and footer-checking chunks of files
+      (`_WorkerFooters`: the same checks as here). pyarrow's footer reader holds the GIL for most of its
+      ~40 us per file, so threads only added GIL hand-offs (2 threads measured slower than 1); processes
+      run side by side. The work starts when this function is called, so the caller's own work (the
+      listing) overlaps it. A worker sends back only the digest, the row count, the schema verdict and
+      the footer's bytes (parsed again here only when the commit asks for the statistics). A worker that
+      dies (the thrift decoder's abort on corrupt bytes, killed, out of memory) costs no answer: its
+      chunk and every later one are inspected in this process with pyarrow's reader.
     - remote objects (the wait for the store releases the GIL), or local files averaging
       PARALLEL_MIN_BYTES or more (`total_bytes`, from the listing; hashing large chunks releases the
       GIL): a thread pool of WORKERS threads.
