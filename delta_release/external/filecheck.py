@@ -54,6 +54,7 @@ PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread 
 PROCESSES = min(WORKERS, os.cpu_count() or 1)  # worker processes for many small files: one per core
 PROCESS_MIN_FILES = 2000  # from this many small files, forking the workers (~20-40 ms) pays (1,000: a tie)
 PROCESS_CHUNK = 256  # paths per worker task at most
+PROCESS_TASKS = 8  # tasks per worker at least
 
 
 Verdict = tuple[bool, list[str]]  # SchemaCheck's answer: (schema ok, the file's column names)
@@ -390,7 +391,7 @@ def _inspect_chunk(rels: list[str]) -> list[Answer]:
 def _in_processes(base: str, read: Any, paths: list[str], check: SchemaCheck | None,
                   procs: int) -> Answers:
     """Submit every chunk to `procs` forked workers now; the iterator yields the answers in order."""
-    size = max(16, min(PROCESS_CHUNK, len(paths) // (8 * procs)))
+    size = max(16, min(PROCESS_CHUNK, len(paths) // (PROCESS_TASKS * procs)))
     chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
     pool = ProcessPoolExecutor(procs, mp_context=mp.get_context("fork"), initializer=_start_worker,
                                initargs=(base, check))
