@@ -66,16 +66,18 @@ def main(argv: list[str]) -> None:
         gate_ts.append(time.perf_counter() - t0)
     emit({"files": len(listed), "listing_s": statistics.median(list_ts), "gate_s": statistics.median(gate_ts),
           "hash_floor_s": statistics.median(floor_ts),
-          "gate_workers": _workers(store, json.loads(manifest_path.read_text())["files"]),
+          **_workers(store, json.loads(manifest_path.read_text())["files"]),
           "ratio": statistics.median(gate_ts) / statistics.median(floor_ts), "target": 2.0, "gate_ok": report.ok,
           "listing_runs": list_ts, "floor_runs": floor_ts, "gate_runs": gate_ts})
 
 
-def _workers(store: Any, files: list[dict[str, Any]]) -> int:
-    """The threads the gate's per-file pass uses for these files (filecheck.threads_for)."""
-    from delta_release.external.filecheck import threads_for
+def _workers(store: Any, files: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the gate's per-file pass spreads these files (filecheck.pool_for): gate_pool is "processes",
+    "threads" or "none" (the calling thread), gate_workers how many."""
+    from delta_release.external.filecheck import pool_for
 
-    return threads_for(store, len(files), sum(int(f["size_bytes"]) for f in files))
+    pool, workers = pool_for(store, len(files), sum(int(f["size_bytes"]) for f in files))
+    return {"gate_workers": workers, "gate_pool": pool}
 
 
 def hash_floor(paths: list[str]) -> list[str]:

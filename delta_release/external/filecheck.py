@@ -1,13 +1,15 @@
 """The manifest gate's per-file work at the speed of hashing: read, sha256 and parquet footer of every
-file on a thread pool (hashlib and pyarrow release the GIL on their large buffers, so both cores work),
-with the Python work per file cut to what the gate needs.
+file, on every core, with the Python work per file cut to what the gate needs.
 
 - Local files are read once, in CHUNK_BYTES `os.read` calls (no buffered-IO objects; a small file is one
   read), each chunk hashed as it arrives, so a large file is never held whole; S3 objects through the
-  storage's filesystem.
+  storage's filesystem. Only regular files are read (a FIFO under a listed name does not block).
 - The footer is parsed by pyarrow's reader from the bytes already read (the whole small file, or the
   magic + footer of a large one: no second read unless a footer is longer than two chunks), and none of
   `pq.read_metadata`'s Python wrapping, which cost more than the hashing.
+- Where the work runs (`pool_for`): many small local files in forked worker processes (the footer reader
+  holds the GIL, so threads never ran two at once), large or remote files on a thread pool (hashlib and
+  the store release the GIL), a few small files in the calling thread. See `inspect`.
 - The schema is converted to Arrow once per distinct parquet schema, not once per file.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
   with row groups and column chunks fetched once (the same document as
@@ -16,12 +18,17 @@ with the Python work per file cut to what the gate needs.
 
 from __future__ import annotations
 
+import errno
+import faulthandler
 import hashlib
 import json
+import multiprocessing as mp
 import os
+import stat
+import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import pyarrow as pa
@@ -34,21 +41,49 @@ try:  # the reader under pq.ParquetFile; fall back to the public API if a pyarro
     from pyarrow._parquet import ParquetReader as _Reader
 except ImportError:  # pragma: no cover
     _Reader = None
+try:  # the thrift decoder alone (what unpickling a FileMetaData runs): worker processes only, see there
+    from pyarrow._parquet import _reconstruct_filemetadata as _decode_thrift
+except ImportError:  # pragma: no cover
+    _decode_thrift = None
 
 WORKERS = max(2, min(4, os.cpu_count() or 2))  # hashlib and the footer decoder release the GIL
 CHUNK = 64  # paths per task
 CHUNK_BYTES = 8 << 20  # bytes per read: a large file is hashed as it streams, never held whole
 MAGIC = b"PAR1"
 PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread pool pays
+PROCESSES = min(WORKERS, os.cpu_count() or 1)  # worker processes for many small files: one per core
+PROCESS_MIN_FILES = 2000  # from this many small files, forking the workers (~20-40 ms) pays (1,000: a tie)
+PROCESS_CHUNK = 256  # paths per worker task at most
+PROCESS_TASKS = 8  # tasks per worker at least
 
 
-@dataclass(slots=True)
+Verdict = tuple[bool, list[str]]  # SchemaCheck's answer: (schema ok, the file's column names)
+# One file's answer: (sha256, or "" when no regular file has the name; rows; schema verdict; the footer,
+# as FileMetaData or as its bytes (magic, thrift, length, magic) to parse when asked; footer error, the
+# exception's type name; the file's bytes when kept)
+Answer = tuple[str, int | None, Verdict | None, "pq.FileMetaData | bytes | None", str | None, bytes | None]
+
+
 class FileFacts:
-    path: str
-    data: bytes | None  # kept only when the caller asked (stats fallback needs the rows)
-    sha256: str
-    meta: pq.FileMetaData | None
-    error: str | None  # the footer could not be read: the exception's type name
+    """One file's answer with names: its sha256, and from its parquet footer the row count and the schema
+    verdict (`check=`), or the footer error. `meta` is the footer object, parsed from the footer's bytes
+    when first asked for if a worker process read the file (the bytes the worker already validated)."""
+
+    __slots__ = ("path", "sha256", "rows", "verdict", "_footer", "error", "data")
+
+    def __init__(self, path: str, answer: Answer) -> None:
+        self.path = path
+        self.sha256, self.rows, self.verdict, self._footer, self.error, self.data = answer
+
+    @property
+    def missing(self) -> bool:
+        return not self.sha256
+
+    @property
+    def meta(self) -> pq.FileMetaData | None:
+        if isinstance(self._footer, bytes):
+            self._footer = _footer(self._footer)
+        return self._footer
 
 
 def _footer(data: bytes) -> pq.FileMetaData:
@@ -64,6 +99,10 @@ def _footer(data: bytes) -> pq.FileMetaData:
 
 class FooterError(ValueError):
     """Not a parquet file, or a footer that does not fit in the file."""
+
+
+class NotAFile(FileNotFoundError):
+    """No regular file under this name (gone, or a directory, FIFO, socket or device)."""
 
 
 def _footer_span(tail: bytes, size: int) -> int:
@@ -95,11 +134,21 @@ def _local_reader(base: str) -> Any:
     already read. Only a footer longer than the last two chunks is read again (by pread, just it)."""
 
     def read_local(rel: str) -> tuple[str, bytes, bytes, int, bytes | None]:
-        fd = os.open(base + rel, os.O_RDONLY)
+        # O_NONBLOCK: a FIFO (or device) under a listed name must not block the gate; only regular files
+        # are read (a listing names only those, but the read may start before it)
         try:
+            fd = os.open(base + rel, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENXIO):
+                raise NotAFile(rel) from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAFile(rel)
             # ask for the size + 1 (never a CHUNK_BYTES buffer for a tiny file: allocating it costs more
             # than the read); a short read is the end of the file
-            want = min(CHUNK_BYTES, os.fstat(fd).st_size + 1)
+            want = min(CHUNK_BYTES, st.st_size + 1)
             first = os.read(fd, want)
             nxt = os.read(fd, CHUNK_BYTES) if len(first) == want else b""
             if not nxt:  # the common case: the whole file in one read
@@ -132,7 +181,10 @@ def _local_reader(base: str) -> Any:
 
 def _remote_reader(storage: Storage) -> Any:
     def read_remote(rel: str) -> tuple[str, bytes, bytes, int, bytes | None]:
-        data = storage.read_bytes(rel)
+        try:
+            data = storage.read_bytes(rel)
+        except FileNotFoundError:
+            raise NotAFile(rel) from None
         return hashlib.sha256(data).hexdigest(), data, data, len(data), data
     return read_remote
 
@@ -143,35 +195,224 @@ def threads_for(storage: Storage, files: int, total_bytes: int | None) -> int:
     return 1 if WORKERS < 2 or files < 2 * WORKERS or small else WORKERS
 
 
-def inspect_files(storage: Storage, paths: list[str], *, keep_data: bool = False,
-                  total_bytes: int | None = None) -> Iterator[FileFacts]:
-    """FileFacts of each path, in order.
+def processes_for(storage: Storage, files: int, total_bytes: int | None) -> int:
+    """How many worker processes `inspect_files` uses (0: none): many small local files, where the
+    per-file work is pyarrow's footer reader holding the GIL, so only processes run two at once."""
+    if (PROCESSES < 2 or files < PROCESS_MIN_FILES or threads_for(storage, files, total_bytes) > 1
+            or not storage.is_local or _decode_thrift is None or not _can_fork()):
+        return 0
+    return PROCESSES
 
-    On a thread pool of WORKERS threads when the threads can overlap: remote objects (the wait for the
-    store releases the GIL), or local files averaging PARALLEL_MIN_BYTES or more (`total_bytes`, from
-    the listing; hashing large chunks releases the GIL). Small local files are done in this thread: for
-    them the per-file work is pyarrow's footer reader, which holds the GIL for most of its ~40 us, and
-    threads only added GIL hand-offs (measured: 2 threads slower than 1 on 10k files of 1 KB).
-    `keep_data` keeps the bytes of files that fit in one read chunk (None for larger ones)."""
-    read = _local_reader(os.path.join(storage.local_path(), "")) if storage.is_local else _remote_reader(storage)
 
-    def one(rel: str) -> FileFacts:
+def pool_for(storage: Storage, files: int, total_bytes: int | None) -> tuple[str, int]:
+    """("processes" | "threads" | "none", workers): how `inspect_files` spreads these files."""
+    procs = processes_for(storage, files, total_bytes)
+    if procs:
+        return "processes", procs
+    threads = threads_for(storage, files, total_bytes)
+    return ("threads", threads) if threads > 1 else ("none", 1)
+
+
+def _can_fork() -> bool:
+    # fork: the workers start in a few ms with everything imported (a spawned interpreter would import
+    # pyarrow for longer than the whole gate takes); Linux only, where fork is the proven default
+    return sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
+
+
+_MISSING: Answer = ("", None, None, None, None, None)
+
+
+def _answer(read: Any, check: SchemaCheck | None, rel: str, keep_data: bool = False) -> Answer:
+    """Read, hash and footer-check one file in this process (pyarrow's reader); an unreadable footer is an
+    error value, never an exception, and so is a name with no regular file."""
+    try:
         digest, head, tail, size, data = read(rel)
-        try:
-            meta, error = _metadata(head, tail, size), None
-        except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
-            meta, error = None, type(exc).__name__
-        return FileFacts(path=rel, data=data if keep_data else None, sha256=digest, meta=meta, error=error)
+    except NotAFile:
+        return _MISSING
+    kept = data if keep_data else None
+    try:
+        meta = _metadata(head, tail, size)
+    except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
+        return digest, None, None, None, type(exc).__name__, kept
+    return digest, meta.num_rows, check(meta) if check is not None else None, meta, None, kept
 
+
+class Answers:
+    """The answers of `inspect`, in path order; `close()` (or leaving a `with` block) stops work not yet
+    consumed and ends the worker processes, if any."""
+
+    def __init__(self, answers: Iterator[Answer], pool: ProcessPoolExecutor | None = None) -> None:
+        self._facts, self._pool = answers, pool
+
+    def __iter__(self) -> Answers:
+        return self
+
+    def __next__(self) -> Answer:
+        return next(self._facts)
+
+    def close(self) -> None:
+        close = getattr(self._facts, "close", None)
+        if close is not None:
+            close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Answers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def inspect_files(storage: Storage, paths: list[str], *, keep_data: bool = False,
+                  total_bytes: int | None = None, check: SchemaCheck | None = None) -> Iterator[FileFacts]:
+    """FileFacts of each path, in order (`inspect`, with names)."""
+    with inspect(storage, paths, keep_data=keep_data, total_bytes=total_bytes, check=check) as answers:
+        yield from map(FileFacts, paths, answers)
+
+
+def inspect(storage: Storage, paths: list[str], *, keep_data: bool = False,
+            total_bytes: int | None = None, check: SchemaCheck | None = None) -> Answers:
+    """The Answer of each path, in order; with `check`, each readable footer's schema verdict too.
+
+    Where the work can run on every core (`pool_for`):
+    - many small local files (PROCESS_MIN_FILES or more, averaging under PARALLEL_MIN_BYTES): PROCESSES
+      forked worker processes, each reading, hashing and footer-checking chunks of files
+      (`_WorkerFooters`: the same checks as here). pyarrow's footer reader holds the GIL for most of its
+      ~40 us per file, so threads only added GIL hand-offs (2 threads measured slower than 1); processes
+      run side by side. The work starts when this function is called, so the caller's own work (the
+      listing) overlaps it. A worker sends back only the digest, the row count, the schema verdict and
+      the footer's bytes (parsed again here only when the commit asks for the statistics). A worker that
+      dies (the thrift decoder's abort on corrupt bytes, killed, out of memory) costs no answer: its
+      chunk and every later one are inspected in this process with pyarrow's reader.
+    - remote objects (the wait for the store releases the GIL), or local files averaging
+      PARALLEL_MIN_BYTES or more (`total_bytes`, from the listing; hashing large chunks releases the
+      GIL): a thread pool of WORKERS threads.
+    - otherwise (few small local files) in this thread.
+    `keep_data` keeps the bytes of files that fit in one read chunk (None for larger ones); it reads in
+    this process or in threads, never in the worker processes (the bytes would cross a pipe)."""
+    local = storage.is_local
+    read = _local_reader(os.path.join(storage.local_path(), "")) if local else _remote_reader(storage)
+    if not keep_data:
+        procs = processes_for(storage, len(paths), total_bytes)
+        if procs:
+            return _in_processes(os.path.join(storage.local_path(), ""), read, paths, check, procs)
+    return Answers(_in_threads(storage, read, paths, check, keep_data, total_bytes))
+
+
+def _in_threads(storage: Storage, read: Any, paths: list[str], check: SchemaCheck | None, keep_data: bool,
+                total_bytes: int | None) -> Iterator[Answer]:
     if threads_for(storage, len(paths), total_bytes) < 2:
-        yield from map(one, paths)
+        yield from (_answer(read, check, rel, keep_data) for rel in paths)
         return
     # chunks of paths, so that a future per tiny file does not cost more than the file
     size = max(1, min(CHUNK, len(paths) // (4 * WORKERS)))
     chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="gate") as pool:
-        for facts in pool.map(lambda chunk: [one(rel) for rel in chunk], chunks):
-            yield from facts
+        for answers in pool.map(lambda chunk: [_answer(read, check, rel, keep_data) for rel in chunk], chunks):
+            yield from answers
+
+
+_JOB: tuple[Any, _WorkerFooters] | None = None  # a worker process's reader and footer check
+
+
+class _WorkerFooters:
+    """A worker process's footer check: pyarrow's thrift decoder alone for each file, and the full reader
+    (what `_metadata` runs in this process) once per distinct parquet schema and key-value metadata.
+
+    The reader does two things: it decodes the footer's thrift into FileMetaData (the same decoder,
+    limits and schema-tree checks as `_reconstruct_filemetadata`, ~2.5x cheaper without the rest), and
+    builds the Arrow schema from the parquet schema and the key-value metadata (ARROW:schema). The second
+    is a function of those two alone, so it runs once per distinct pair, here on the first file that has
+    it; a pair it fails on is never cached, so every file with it gets the reader's error. The thrift
+    decoder alone raises no Python exception on corrupt thrift: it aborts the process, which is why it
+    runs only in a worker, and why a dead worker's files are inspected again in the gate's own process
+    with the reader (`_answers`): a corrupt footer gives the same refusal either way."""
+
+    def __init__(self, check: SchemaCheck | None) -> None:
+        self.check = check
+        self.seen: list[tuple[Any, Any, tuple[bool, list[str]] | None]] = []
+
+    def __call__(self, head: bytes, tail: bytes, size: int) -> tuple[int, tuple[bool, list[str]] | None, bytes]:
+        """(rows, schema verdict, footer bytes) of a file, or FooterError / the reader's exception."""
+        if head[:4] != MAGIC:
+            raise FooterError("no parquet magic at the start of the file")
+        length = _footer_span(tail, size)
+        footer = tail[len(tail) - 8 - length:]  # thrift, length, magic
+        meta = _decode_thrift(pa.py_buffer(footer[:-8]))
+        schema, kv = meta.schema, meta.metadata
+        for known, known_kv, verdict in self.seen:
+            if known_kv == kv and schema.equals(known):
+                return meta.num_rows, verdict, footer
+        full = _metadata(head, tail, size)  # the reader: raises what it raises in the gate's process
+        verdict = self.check(full) if self.check is not None else None
+        if len(self.seen) < 16:
+            self.seen.append((schema, kv, verdict))
+        return meta.num_rows, verdict, footer
+
+
+def _start_worker(base: str, check: SchemaCheck | None) -> None:
+    """A worker process that the thrift decoder may abort: no core file, and nothing on the terminal
+    (the gate reports the file, from its own process)."""
+    global _JOB
+    import resource  # Unix only, as fork is
+
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ValueError, OSError):  # pragma: no cover - a hard limit we may not lower
+        pass
+    faulthandler.disable()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    _JOB = (_local_reader(base), _WorkerFooters(check))
+
+
+def _inspect_chunk(rels: list[str]) -> list[Answer]:
+    """In a worker process: the Answer of each file, its footer as bytes."""
+    assert _JOB is not None
+    read, footers = _JOB
+    out: list[Answer] = []
+    for rel in rels:
+        try:
+            digest, head, tail, size, _ = read(rel)
+        except NotAFile:
+            out.append(_MISSING)
+            continue
+        try:
+            rows, verdict, footer = footers(head, tail, size)
+        except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
+            out.append((digest, None, None, None, type(exc).__name__, None))
+            continue
+        out.append((digest, rows, verdict, MAGIC + footer, None, None))
+    return out
+
+
+def _in_processes(base: str, read: Any, paths: list[str], check: SchemaCheck | None,
+                  procs: int) -> Answers:
+    """Submit every chunk to `procs` forked workers now; the iterator yields the answers in order."""
+    size = max(16, min(PROCESS_CHUNK, len(paths) // (PROCESS_TASKS * procs)))
+    chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
+    pool = ProcessPoolExecutor(procs, mp_context=mp.get_context("fork"), initializer=_start_worker,
+                               initargs=(base, check))
+    try:
+        futures = [pool.submit(_inspect_chunk, chunk) for chunk in chunks]
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    return Answers(_answers(pool, chunks, futures, read, check), pool)
+
+
+def _answers(pool: ProcessPoolExecutor, chunks: list[list[str]], futures: list[Future[Any]], read: Any,
+             check: SchemaCheck | None) -> Iterator[Answer]:
+    try:
+        for chunk, future in zip(chunks, futures, strict=True):
+            try:
+                yield from future.result()
+            except BrokenProcessPool:  # a worker died: this chunk (and every later one) is done here
+                yield from (_answer(read, check, rel) for rel in chunk)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class LazyStats(dict[str, str]):
@@ -182,16 +423,18 @@ class LazyStats(dict[str, str]):
         super().__init__()
         self._names = names
         self._fallback = fallback  # path -> stats JSON from the rows, when a footer lacks statistics
-        self._footers: dict[str, pq.FileMetaData] = {}
+        self._footers: dict[str, pq.FileMetaData | bytes] = {}
 
-    def keep(self, path: str, meta: pq.FileMetaData) -> None:
+    def keep(self, path: str, meta: pq.FileMetaData | bytes) -> None:
+        """The footer of an accepted file: its metadata, or its bytes (parsed when asked for)."""
         self._footers[path] = meta
 
     def __contains__(self, path: object) -> bool:
         return super().__contains__(path) or path in self._footers
 
     def __missing__(self, path: str) -> str:
-        meta = self._footers.pop(path)  # KeyError for a path the gate did not accept
+        kept = self._footers.pop(path)  # KeyError for a path the gate did not accept
+        meta = _footer(kept) if isinstance(kept, bytes) else kept
         value = footer_stats_json(meta, self._names) or self._fallback(path)
         self[path] = value
         return value
@@ -213,7 +456,7 @@ class SchemaCheck:
         ok = [(f.name, f.type) for f in arrow] == self.expected
         if len(self._seen) < 16:
             self._seen.append((schema, ok))
-        return ok, arrow.names
+        return ok, [] if ok else arrow.names  # the names only matter for a mismatch (and so a cached answer)
 
 
 def footer_stats_json(meta: pq.FileMetaData, names: list[str]) -> str | None:

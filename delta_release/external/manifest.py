@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..stage.candidate import file_stats
 from ..storage import Storage
 from ..tables import TableDef
-from .filecheck import LazyStats, SchemaCheck, inspect_files
+from .filecheck import LazyStats, SchemaCheck, inspect
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -119,28 +119,55 @@ def parse_manifest(doc: Any, *, source: str, tables: dict[str, TableDef]) -> Man
     raw_files = doc["files"]
     if not isinstance(raw_files, list) or not raw_files:
         raise _bad(source, "files", "must be a non-empty list")
-    files: list[ManifestFile] = []
-    seen: set[str] = set()
-    for i, f in enumerate(raw_files):
-        key = f"files[{i}]"
-        if not isinstance(f, dict):
-            raise _bad(source, key, "must be an object")
-        for k in f:
-            if k not in _FILE_KEYS:
-                raise _bad(source, f"{key}.{k}", "is not a file key")
-        for k in sorted(_FILE_KEYS - set(f)):
-            raise _bad(source, f"{key}.{k}", "is missing")
-        path = check_path(f["path"], directory=directory, source=source, key=f"{key}.path")
-        if path in seen:
-            raise _bad(source, f"{key}.path", f"{path!r} is listed twice")
-        seen.add(path)
-        sha = f["sha256"]
-        if not isinstance(sha, str) or not _SHA.match(sha):
-            raise _bad(source, f"{key}.sha256", "must be 64 lower-case hex digits")
-        files.append(ManifestFile(path=path, size_bytes=_int(f, "size_bytes", source, f"{key}.size_bytes"),
-                                  records=_int(f, "records", source, f"{key}.records"), sha256=sha))
+    files = _well_formed(raw_files, directory)
+    if files is None:  # some entry is not: find the first and name what is wrong with it
+        files = []
+        seen: set[str] = set()
+        for i, f in enumerate(raw_files):
+            files.append(_parse_file(f, f"files[{i}]", directory, source, seen))
     return Manifest(source=source, table=tdef.name, column=tdef.partition, value=value, generation=generation,
                     files=tuple(files))
+
+
+def _well_formed(raw_files: list[Any], directory: str) -> list[ManifestFile] | None:
+    """The files of a manifest whose every entry is well-formed (the common case), checked a whole column at
+    a time (one regex over the joined paths, one over the joined digests, exact int types); None when any
+    entry is not, and `_parse_file` then finds and names it. Accepts nothing `_parse_file` refuses."""
+    if not all(type(f) is dict and f.keys() == _FILE_KEYS for f in raw_files):
+        return None
+    paths = [f["path"] for f in raw_files]
+    sizes = [f["size_bytes"] for f in raw_files]
+    records = [f["records"] for f in raw_files]
+    shas = [f["sha256"] for f in raw_files]
+    if ({type(v) for v in paths} != {str} or {type(v) for v in shas} != {str} or {type(v) for v in sizes} != {int}
+            or {type(v) for v in records} != {int} or min(sizes) < 0 or min(records) < 0
+            or len(set(paths)) != len(paths)):
+        return None
+    name = re.escape(directory) + r"/[A-Za-z0-9][A-Za-z0-9._=-]*\.parquet"  # no newline in a name
+    if (re.fullmatch(f"{name}(?:\n{name})*", "\n".join(paths)) is None
+            or re.fullmatch(r"[0-9a-f]{64}(?:\n[0-9a-f]{64})*", "\n".join(shas)) is None):
+        return None
+    return [ManifestFile(path=p, size_bytes=n, records=r, sha256=h)
+            for p, n, r, h in zip(paths, sizes, records, shas, strict=True)]
+
+
+def _parse_file(f: Any, key: str, directory: str, source: str, seen: set[str]) -> ManifestFile:
+    if not isinstance(f, dict):
+        raise _bad(source, key, "must be an object")
+    for k in f:
+        if k not in _FILE_KEYS:
+            raise _bad(source, f"{key}.{k}", "is not a file key")
+    for k in sorted(_FILE_KEYS - set(f)):
+        raise _bad(source, f"{key}.{k}", "is missing")
+    path = check_path(f["path"], directory=directory, source=source, key=f"{key}.path")
+    if path in seen:
+        raise _bad(source, f"{key}.path", f"{path!r} is listed twice")
+    seen.add(path)
+    sha = f["sha256"]
+    if not isinstance(sha, str) or not _SHA.match(sha):
+        raise _bad(source, f"{key}.sha256", "must be 64 lower-case hex digits")
+    return ManifestFile(path=path, size_bytes=_int(f, "size_bytes", source, f"{key}.size_bytes"),
+                        records=_int(f, "records", source, f"{key}.records"), sha256=sha)
 
 
 def load_manifest(path: str | os.PathLike[str], tables: dict[str, TableDef]) -> Manifest:
@@ -236,50 +263,57 @@ def gate_manifest(lake: LakeContext, manifest: Manifest) -> GateReport:
     """Compare the manifest with the partition's object inventory; nothing is registered here."""
     tdef = lake.table_def(manifest.table)
     storage = lake.table_storage(manifest.table)
-    inventory = {o.path: o.size for o in storage.list(manifest.directory)}
-    lake.gateway.requests.object_lists += 1
-    _check_links(storage, manifest, [f.path for f in manifest.files] + sorted(inventory))
-    known = registered_files(lake, manifest.table)
-    report = GateReport(table=manifest.table, partition={manifest.column: manifest.value},
-                        generation=manifest.generation, files=len(manifest.files),
-                        inventory=[{"path": p, "size": s} for p, s in sorted(inventory.items())])
-    listed = {f.path for f in manifest.files}
-    for path in sorted(set(inventory) - listed):
-        if path in known:
-            report.retained.append(path)
-        else:
-            report.note(report.unexpected, path, "on storage but not in the manifest, and never registered")
+    paths = [f.path for f in manifest.files]
+    _check_links(storage, manifest, paths)  # before any listed file is read
     expected_schema = tdef.file_schema()
     schema_ok = SchemaCheck(expected_schema)
-    report.stats = stats = LazyStats(expected_schema.names, lambda path: file_stats(
-        pq.read_table(io.BytesIO(storage.read_bytes(path))).cast(expected_schema)))
-    present = [f for f in manifest.files if f.path in inventory]
-    for f in manifest.files:
-        if f.path not in inventory:
-            report.note(report.missing, f.path, "not on storage")
-    # read + sha256 + footer of every present file (filecheck.py: threads for large or remote files)
-    facts_of = inspect_files(storage, [f.path for f in present], total_bytes=sum(inventory[f.path] for f in present))
-    for f, facts in zip(present, facts_of, strict=True):
-        if inventory[f.path] != f.size_bytes:
-            report.note(report.size_mismatch, f.path, f"expected {f.size_bytes} bytes, found {inventory[f.path]}")
-        lake.gateway.requests.object_reads += 1
-        digest = facts.sha256
-        if digest != f.sha256:
-            report.note(report.checksum_mismatch, f.path, f"expected sha256 {f.sha256[:16]}..., found {digest[:16]}...")
-        elif known.get(f.path) not in (None, f.sha256):
-            report.note(report.checksum_mismatch, f.path, "an immutable name registered before with other content")
-        meta = facts.meta
-        if meta is None:  # the footer answers count, schema and (usually) stats without decoding the data
-            report.note(report.count_mismatch, f.path, f"parquet footer cannot be read: {facts.error}")
-            continue
-        if meta.num_rows != f.records:
-            report.note(report.count_mismatch, f.path, f"expected {f.records} records, found {meta.num_rows}")
-        ok, names = schema_ok(meta)
-        if not ok:
-            report.note(report.schema_mismatch, f.path, f"expected columns {expected_schema.names} with the "
-                        f"table's types, found {names}")
-            continue
-        stats.keep(f.path, meta)
+    # read + sha256 + footer of every listed file (filecheck.py: worker processes for many small local
+    # files, threads for large or remote ones). Worker processes start here, so the listing and the history
+    # read below overlap them; a listed name with no regular file behind it comes back `missing`.
+    with inspect(storage, paths, check=schema_ok, total_bytes=sum(f.size_bytes for f in manifest.files)) as answers:
+        inventory = {o.path: o.size for o in storage.list(manifest.directory)}
+        lake.gateway.requests.object_lists += 1
+        listed = set(paths)
+        extra = sorted(set(inventory) - listed)
+        if extra:
+            _check_links(storage, manifest, extra)
+        known = registered_files(lake, manifest.table)
+        report = GateReport(table=manifest.table, partition={manifest.column: manifest.value},
+                            generation=manifest.generation, files=len(manifest.files),
+                            inventory=[{"path": p, "size": s} for p, s in sorted(inventory.items())])
+        for path in extra:
+            if path in known:
+                report.retained.append(path)
+            else:
+                report.note(report.unexpected, path, "on storage but not in the manifest, and never registered")
+        report.stats = stats = LazyStats(expected_schema.names, lambda path: file_stats(
+            pq.read_table(io.BytesIO(storage.read_bytes(path))).cast(expected_schema)))
+        reads = 0
+        for f, (digest, rows, verdict, footer, error, _) in zip(manifest.files, answers, strict=True):
+            size = inventory.get(f.path)
+            if size is None or not digest:
+                report.note(report.missing, f.path, "not on storage")
+                continue
+            reads += 1
+            if size != f.size_bytes:
+                report.note(report.size_mismatch, f.path, f"expected {f.size_bytes} bytes, found {size}")
+            if digest != f.sha256:
+                report.note(report.checksum_mismatch, f.path,
+                            f"expected sha256 {f.sha256[:16]}..., found {digest[:16]}...")
+            elif known and known.get(f.path) not in (None, f.sha256):
+                report.note(report.checksum_mismatch, f.path, "an immutable name registered before with other content")
+            if error is not None or verdict is None or footer is None:
+                # the footer answers count, schema and (usually) stats without decoding the data
+                report.note(report.count_mismatch, f.path, f"parquet footer cannot be read: {error}")
+                continue
+            if rows != f.records:
+                report.note(report.count_mismatch, f.path, f"expected {f.records} records, found {rows}")
+            if not verdict[0]:
+                report.note(report.schema_mismatch, f.path, f"expected columns {expected_schema.names} with the "
+                            f"table's types, found {verdict[1]}")
+                continue
+            stats.keep(f.path, footer)
+        lake.gateway.requests.object_reads += reads
     return report
 
 

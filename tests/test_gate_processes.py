@@ -1,0 +1,188 @@
+"""The gate's worker processes (external/filecheck.py) answer exactly as the gate's own process does, and a
+worker killed by a corrupt footer costs no answer and never the gate's process."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import delta_release as dr
+import delta_release.external.filecheck as fc
+from delta_release.external import gate_manifest, load_manifest
+from delta_release.external.producer import encode, produce_hour, upload, write_manifest
+from delta_release.storage import Storage
+
+SCHEMA = pa.schema([("sensor_id", pa.string()), ("ts_ms", pa.int64()), ("reading", pa.float64())])
+CORRUPT = b"PAR1" + bytes(range(256)) * 20 + (200).to_bytes(4, "little") + b"PAR1"  # thrift garbage
+
+pytestmark = pytest.mark.skipif(not fc._can_fork() or fc.PROCESSES < 2, reason="worker processes need fork and 2 cores")
+
+
+def table(n: int) -> pa.Table:
+    return pa.table({"sensor_id": [f"s-{i % 7}" for i in range(n)], "ts_ms": list(range(n)),
+                     "reading": [i / 3 for i in range(n)]}, schema=SCHEMA)
+
+
+def parquet(t: pa.Table, **kw: Any) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(t, sink, **kw)
+    return sink.getvalue()
+
+
+def hour(tmp: Path, *, corrupt: bool) -> list[str]:
+    """40 names under h/: good files of 1..n rows, and every kind of bad one."""
+    (tmp / "h").mkdir()
+    whole = parquet(table(3000), row_group_size=100)
+    special: dict[int, bytes | None] = {
+        3: parquet(pa.table({"x": [1, 2]})),  # another schema
+        5: parquet(table(4), store_schema=False),  # no ARROW:schema: other key-value metadata
+        7: b"XXXX" + whole[4:],  # no magic
+        9: whole[:-2000],  # truncated
+        11: b"",
+        13: None,  # listed, not on storage
+        15: whole,  # large, footer of ~10 KB
+        17: parquet(pa.table({"sensor_id": ["a"], "ts_ms": pa.array([1], pa.int32()), "reading": [1.0]})),
+    }
+    if corrupt:
+        special[21] = CORRUPT
+    names = []
+    for i in range(40):
+        rel = f"h/f-{i:03d}.parquet"
+        data = special[i] if i in special else parquet(table(i + 1))
+        if data is not None:
+            (tmp / rel).write_bytes(data)
+        names.append(rel)
+    os.mkfifo(tmp / "h/fifo.parquet")  # must not block a worker
+    (tmp / "h/dir.parquet").mkdir()
+    return [*names, "h/fifo.parquet", "h/dir.parquet"]
+
+
+def answers(storage: Storage, names: list[str], procs: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    monkeypatch.setattr(fc, "PROCESS_MIN_FILES", 1 if procs else 10**9)
+    assert fc.pool_for(storage, len(names), 1000 * len(names))[0] == ("processes" if procs else "none")
+    check = fc.SchemaCheck(SCHEMA)
+    with fc.inspect(storage, names, check=check, total_bytes=1000 * len(names)) as found:
+        out = list(found)
+    return [(d, rows, verdict, error, None if footer is None else fc.FileFacts("", (d, rows, verdict, footer, error,
+                                                                                      None)).meta.to_dict())
+            for d, rows, verdict, footer, error, _ in out]
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      corrupt: bool) -> None:
+    names = hour(tmp_path, corrupt=corrupt)
+    storage = Storage(str(tmp_path))
+    here = answers(storage, names, False, monkeypatch)
+    done_here = []
+    real = fc._answer
+
+    def spy(read: Any, check: Any, rel: str, keep_data: bool = False) -> Any:
+        done_here.append(rel)
+        return real(read, check, rel, keep_data)
+
+    monkeypatch.setattr(fc, "_answer", spy)
+    monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)  # several chunks per worker
+    pooled = answers(storage, names, True, monkeypatch)
+    assert pooled == here
+    by = dict(zip(names, here, strict=True))
+    for i in range(40):
+        data = (tmp_path / names[i]).read_bytes() if (tmp_path / names[i]).exists() else None
+        assert by[names[i]][0] == ("" if data is None else hashlib.sha256(data).hexdigest())
+    assert by["h/f-000.parquet"][1:4] == (1, (True, []), None)
+    assert by["h/f-005.parquet"][1:4] == (4, (True, []), None)  # the other key-value metadata: full reader
+    assert by["h/f-015.parquet"][1] == 3000
+    assert by["h/f-003.parquet"][2] == (False, ["x"])
+    assert by["h/f-017.parquet"][2] == (False, ["sensor_id", "ts_ms", "reading"])  # int32, not int64
+    bad = ["h/f-007.parquet", "h/f-009.parquet", "h/f-011.parquet"] + (["h/f-021.parquet"] if corrupt else [])
+    for rel in bad:
+        assert by[rel][0] and by[rel][1] is None and by[rel][3], rel
+    for rel in ("h/f-013.parquet", "h/fifo.parquet", "h/dir.parquet"):
+        assert by[rel] == ("", None, None, None, None), rel
+    if corrupt:  # the thrift decoder aborted a worker: its chunk and the later ones were inspected here
+        assert "h/f-021.parquet" in done_here
+    else:  # every file was inspected by the workers
+        assert done_here == []
+
+
+def stage_hour(lake: dr.Lake, tmp: Path, files: int) -> tuple[Path, list[str]]:
+    doc, objects = produce_hour(9, "telemetry-48", files=files, rows=4)
+    upload(lake.table_storage("telemetry"), objects)
+    return write_manifest(tmp / "m.json", doc), sorted(objects)
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_gate_reports_the_same_in_worker_processes(lake: dr.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   corrupt: bool) -> None:
+    path, names = stage_hour(lake, tmp_path, 30)
+    doc = json.loads(path.read_text())
+    storage = lake.table_storage("telemetry")
+    by_path = {f["path"]: f for f in doc["files"]}
+    storage.delete(names[0])
+    by_path[names[1]]["size_bytes"] += 1
+    by_path[names[2]]["records"] += 1
+    by_path[names[3]]["sha256"] = "f" * 64
+    wrong = encode(pa.table({"sensor_id": ["a"], "ts_ms": pa.array([1], pa.int32()), "reading": [1.0]}))
+    storage.write_bytes(names[4], wrong)
+    by_path[names[4]].update(size_bytes=len(wrong), records=1, sha256=hashlib.sha256(wrong).hexdigest())
+    if corrupt:
+        storage.write_bytes(names[5], CORRUPT)
+        by_path[names[5]].update(size_bytes=len(CORRUPT), sha256=hashlib.sha256(CORRUPT).hexdigest())
+    storage.write_bytes("hour=09/stray.parquet", b"stray")
+    manifest = load_manifest(write_manifest(path, doc), lake.tables)
+
+    def gate(procs: bool) -> tuple[dict[str, Any], dict[str, str]]:
+        monkeypatch.setattr(fc, "PROCESS_MIN_FILES", 1 if procs else 10**9)
+        monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)
+        report = gate_manifest(lake, manifest)
+        return report.to_json(), {f.path: report.stats[f.path] for f in manifest.files if f.path in report.stats}
+
+    (here, here_stats), (pooled, pooled_stats) = gate(False), gate(True)
+    assert pooled == here and pooled_stats == here_stats
+    assert here["missing"] == [names[0]] and here["size_mismatch"] == [names[1]]
+    assert here["checksum_mismatch"] == [names[3]] and here["schema_mismatch"] == [names[4]]
+    assert here["count_mismatch"] == [names[2]] + ([names[5]] if corrupt else [])
+    assert here["unexpected"] == ["hour=09/stray.parquet"]
+    assert len(here_stats) == 30 - 2 - corrupt  # not the missing, the other schema, the corrupt footer
+    assert all(json.loads(stats)["numRecords"] == 4 for stats in here_stats.values())
+
+
+def _entry(i: int, **over: Any) -> dict[str, Any]:
+    return {"path": f"hour=09/f-{i}.parquet", "size_bytes": 10 + i, "records": i, "sha256": f"{i:064x}", **over}
+
+
+@pytest.mark.parametrize("bad", [
+    None, {"sha256": "A" * 64}, {"sha256": "0" * 63}, {"size_bytes": True}, {"records": -1}, {"size_bytes": 1.0},
+    {"path": "hour=09/f-1.parquet"}, {"path": "hour=09/f-9.parquet\n"}, {"path": "hour=10/f-9.parquet"},
+    {"path": "hour=09/x/f-9.parquet"}, {"path": 7}, {"extra": 1}, {"sha256": f"{9:064x}\n"},
+])
+def test_manifest_fast_path_accepts_and_refuses_as_the_entry_by_entry_parse(
+        lake: dr.Lake, monkeypatch: pytest.MonkeyPatch, bad: dict[str, Any] | None) -> None:
+    """`_well_formed` checks whole columns at once; whatever it accepts, the entry-by-entry parse accepts
+    with the same result, and a manifest it passes on gets the same answer or the same error."""
+    import delta_release.external.manifest as mf
+
+    files = [_entry(i) for i in range(12)]
+    if bad is not None:
+        files[9] = _entry(9, **bad)
+    doc = {"table": "telemetry", "partition": {"hour": 9}, "generation": "g-1", "files": files}
+
+    def parse() -> Any:
+        try:
+            return mf.parse_manifest(doc, source="m.json", tables=lake.tables)
+        except Exception as exc:  # noqa: BLE001 - compared below
+            return str(exc)
+
+    fast = parse()
+    monkeypatch.setattr(mf, "_well_formed", lambda raw, directory: None)
+    assert fast == parse()
+    if bad is None:
+        assert not isinstance(fast, str) and len(fast.files) == 12
