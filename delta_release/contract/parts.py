@@ -103,10 +103,12 @@ def part_ranges(path: str | os.PathLike[str], limit: int | None = None) -> list[
     start = 0
     with open(path, "rb") as handle:
         while start < size:
-            if size - start <= limit:
+            left = size - start
+            if left <= limit:
                 end = size
             else:
-                end = _cut_back(handle, start, start + limit) or _cut_forward(handle, start + limit, size)
+                aim = start + -(-left // -(-left // limit))  # left / ceil(left / limit), rounded up
+                end = _cut_back(handle, start, aim) or _cut_forward(handle, aim, size)
             out.append((start, end - start))
             start = end
     return out
