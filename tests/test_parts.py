@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, jsonl, rm, up
+from conftest import ROOT, examples, jsonl, rm, up
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_decode_paths import lines as event_lines
 
 import delta_release as dr
 from delta_release import _delta
@@ -270,3 +273,42 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     assert [p["batch_id"] for p in report.parts] == ids
     assert rows(lake) == rows(other)
     assert all(lake.ingest(path).parts[i]["duplicate"] for i in range(len(ids)) if report.parts[i]["version"])
+
+
+@settings(max_examples=examples(60))
+@given(st.lists(st.one_of(event_lines(), st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")),
+                          st.just(BOM + b"{}")), min_size=0, max_size=30),
+       st.sampled_from([b"\n", b"\r\n"]), st.booleans(), st.booleans(), st.integers(1, 400))
+def test_decoding_part_by_part_equals_decoding_the_file(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes],
+                                                        end: bytes, bom: bool, last_end: bool, limit: int) -> None:
+    """Every line of the file, decoded in its part, gives what the whole file's decode gives for it
+    (line numbers mapped by first_line, offsets by the part's offset); only the batch-wide position check
+    differs: it runs per part."""
+    from delta_release.contract.parts import file_parts
+
+    data = (BOM if bom else b"") + end.join(lines) + (end if last_end and lines else b"")
+    path = tmp_path_factory.mktemp("p") / "f.jsonl"
+    path.write_bytes(data)
+    whole = decode_batch(data)
+    events: list[dict[str, Any]] = []
+    rejects: list[tuple[int, str, int | None, int | None]] = []
+    first = 1
+    for batch in file_parts(path, limit):
+        d = batch.decoded
+        assert batch.sha256 == hashlib.sha256(data[batch.offset:batch.offset + batch.size]).hexdigest()
+        events += [{**e, "line": e["line"] + first - 1} for e in d.events.to_dicts()]
+        rejects += [(r.line + first - 1, r.reason.value, batch.offset + (r.offset or 0), r.length) for r in d.rejects]
+        first += d.extracted
+    assert first - 1 == whole.extracted
+
+    def drop_conflicts(evs: list[dict[str, Any]], rej: list[tuple[int, str, int | None, int | None]]) -> tuple:
+        conflict = {r[0] for r in rej if r[1] == "position_conflict"}
+        return ([e for e in evs if e["line"] not in conflict], [r for r in rej if r[1] != "position_conflict"])
+
+    mine = drop_conflicts(events, rejects)
+    ref = drop_conflicts(whole.events.to_dicts(),
+                         [(r.line, r.reason.value, r.offset, r.length) for r in whole.rejects])
+    conflicted = {r[0] for r in rejects + [(r.line, r.reason.value, 0, 0) for r in whole.rejects]
+                  if r[1] == "position_conflict"}
+    assert [e for e in mine[0] if e["line"] not in conflicted] == [e for e in ref[0] if e["line"] not in conflicted]
+    assert mine[1] == ref[1]
