@@ -149,7 +149,7 @@ MEMORY_SIZE: dict[str, str] = {}  # --memory-size
 
 
 def bench_stream(scale: Scale, skip: set[str]) -> dict[str, Any]:
-    """The decode engineer's memory benchmark (benchmarks/bench_memory.py): read_batch_file and Lake.ingest on
+    """The decode engineer's memory benchmark (benchmarks/bench_memory.py): file_parts and Lake.ingest on
     a one-line and a normal-lines file of --memory-size. The `memory` section covers the same files against
     polars; this one adds the streamed decode step alone."""
     from . import bench_memory as bm
