@@ -73,7 +73,7 @@ def open_lake_copy(path: Path) -> Any:
 def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
     import delta_release.commit.writer as wr
     import delta_release.ingest as ing
-    import delta_release.lake as lake_mod
+    import delta_release.parts as parts_mod
     from delta_release import _delta
     from delta_release.raw.store import RawStore
 
@@ -81,7 +81,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     lake = open_lake_copy(work)
     open_s = time.perf_counter() - t0
     ph = Phases()
-    lake_mod.read_batch_file = ph.wrap("decode", lake_mod.read_batch_file)  # hash + decode, streamed
+    parts_mod.read_batch_file = ph.wrap("decode", parts_mod.read_batch_file)  # hash + decode (Lake.ingest -> parts)
     ing._already_applied = ph.wrap("duplicate check (batch index)", ing._already_applied)
     ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
     ing.plan_apply = ph.wrap("apply: plan (incl. parent reads)", ing.plan_apply)

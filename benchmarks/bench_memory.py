@@ -1,7 +1,8 @@
 """Peak memory on hostile sizes (issue 17.4): one batch file of SIZE bytes, either a single line (over the
 line limit: quarantined as bad_value without being held) or normal event lines, streamed through
-`read_batch_file` (hash + decode) or the whole `Lake.ingest` (decode, raw store copy, quarantine, apply,
-commit). Each run is a fresh child process; its peak RSS is ru_maxrss.
+`file_parts` (hash + decode, one part of at most the part limit at a time: contract/parts.py) or the whole
+`Lake.ingest` (per part: decode, raw store copy, quarantine, apply, commit; one publication at the end).
+Each run is a fresh child process; its peak RSS is ru_maxrss.
 
     python -m benchmarks.bench_memory build KIND SIZE FILE      # KIND: long | lines
     python -m benchmarks.bench_memory run STEP FILE LAKE_DIR     # STEP: decode | ingest
@@ -52,20 +53,28 @@ def build(kind: str, size: int, path: Path) -> int:
 
 def run(step: str, path: Path, lake_dir: Path) -> dict[str, Any]:
     import delta_release as dr
-    from delta_release.contract.source import read_batch_file
+    from delta_release.contract.parts import file_parts, max_part_bytes
 
     t0 = time.perf_counter()
     if step == "decode":
-        batch = read_batch_file(path)
-        d = batch.decoded
-        out = {"extracted": d.extracted, "accepted": d.accepted, "rejected": len(d.rejects)}
+        out = {"extracted": 0, "accepted": 0, "rejected": 0, "parts": 0}
+        reasons: set[str] = set()
+        for batch in file_parts(path):  # one part's decoded events at a time
+            d = batch.decoded
+            out["extracted"] += d.extracted
+            out["accepted"] += d.accepted
+            out["rejected"] += len(d.rejects)
+            out["parts"] += 1
+            reasons.update(r.reason.value for r in d.rejects)
+            del batch, d
+        out["reasons"] = sorted(reasons)
     else:
         shutil.rmtree(lake_dir, ignore_errors=True)
         report = dr.Lake.create(lake_dir).ingest(path)
         out = {"extracted": report.extracted, "accepted": report.accepted, "rejected": report.quarantined,
-               "version": report.version}
+               "version": report.version, "parts": len(report.parts) or 1, "reasons": None}
     out["seconds"] = time.perf_counter() - t0
-    out["reasons"] = sorted({r.reason.value for r in d.rejects}) if step == "decode" else None
+    out["max_part_bytes"] = max_part_bytes()
     return out
 
 
@@ -109,8 +118,9 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     for key, r in res["runs"].items():
         kind, step = key.split("|")
         what = "one line (over the limit)" if kind == "long" else "normal event lines"
-        label = (f"{'read_batch_file (hash+decode)' if step == 'decode' else 'Lake.ingest'}, {size / 2**30:.2f} GiB "
-                 f"file of {what}")
+        part = f"{r.get('parts', 1)} part(s) of <= {r.get('max_part_bytes', 0) / 2**20:g} MiB" if r["ok"] else ""
+        label = (f"{'file_parts (hash+decode)' if step == 'decode' else 'Lake.ingest'}, {size / 2**30:.2f} GiB "
+                 f"file of {what}" + (f", {part}" if part else ""))
         if not r["ok"]:
             out.append(("memory", label, "failed: " + str(r["error"])[:80], "", ""))
             continue

@@ -1,7 +1,9 @@
 """Peak memory (issue 14.6g and 17.4): a backfill of N events over 365 days into an empty lake, a file of
 normal event lines and a file that is one single line, each of a given size. Ours: `Lake.ingest(path)`.
 The alternative: `polars.read_ndjson` of the same file and `write_deltalake` of the result (partitioned
-by day). Each run is a fresh process; its peak is VmHWM.
+by day). Each run is a fresh process; its peak is VmHWM. A file over the part limit (256 MiB, or
+$DELTA_RELEASE_MAX_PART_BYTES) is ingested as consecutive parts, one part's events in memory at a time
+(delta_release/parts.py): the result records the part size and the number of parts.
 
     python -m benchmarks.bench_peak build KIND(backfill|lines|long) SIZE FILE   # SIZE: events or bytes
     python -m benchmarks.bench_peak run CONTENDER(ours|polars) FILE WORKDIR
@@ -61,7 +63,16 @@ def run_ours(path: Path, work: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     report = create_lake(work).ingest(path)
     return {"seconds": time.perf_counter() - t0, "extracted": report.extracted, "accepted": report.accepted,
-            "quarantined": report.quarantined, "version": report.version}
+            "quarantined": report.quarantined, "version": report.version, **_parts(report)}
+
+
+def _parts(report: Any) -> dict[str, Any]:
+    """The part size in force and how many parts the file was received as (1: one batch)."""
+    try:
+        from delta_release.contract.parts import max_part_bytes
+    except ImportError:  # a package without parts
+        return {}
+    return {"max_part_bytes": max_part_bytes(), "parts": len(getattr(report, "parts", None) or []) or 1}
 
 
 def run_polars(path: Path, work: Path) -> dict[str, Any]:

@@ -38,6 +38,7 @@ class IngestReport:
     stale_parents: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    parts: list[dict[str, Any]] = field(default_factory=list)  # a file received in parts (parts.py); else []
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,7 +46,7 @@ class IngestReport:
             "quarantined": self.quarantined, "reasons": self.reasons,
             "schema_versions": self.schema_versions, "version": self.version,
             "duplicate": self.duplicate, "attempts": self.attempts, "stale_parents": self.stale_parents,
-            "files": self.files, "removed": self.removed,
+            "files": self.files, "removed": self.removed, "parts": self.parts,
         }
 
 

@@ -16,7 +16,6 @@ from . import _delta
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
-from .contract.source import FileBatch, read_batch_file
 from .erasure import ErasureLedger, load_key
 from .erasure.erase import ErasureReport, erase_subject
 from .erasure.pending import PendingItem, pending_all
@@ -30,6 +29,7 @@ from .ingest import IngestReport, ingest_batch, replay_batches
 from .lakeroot import open_root
 from .maintenance.rollback import RollbackReport, rollback
 from .maintenance.vacuum import VacuumReport, vacuum_table
+from .parts import ingest_file
 from .quarantine import QuarantineLedger
 from .raw import RawStore
 from .register import scan_registered
@@ -115,9 +115,12 @@ class Lake(LakeContext):
         position, stage, gate, commit strictly, publish. Re-ingesting a batch is a no-op (`duplicate`).
 
         publish=False commits without publishing (a release run publishes on ship). Raises InputError
-        (unreadable file), ReconciliationError, StaleParentError (after bounded retries)."""
-        data = source if isinstance(source, bytes) else _read_source(source)
-        return ingest_batch(self, data, table=table, publish=publish)
+        (unreadable file), ReconciliationError, StaleParentError (after bounded retries). A file larger
+        than the part limit (256 MiB, DELTA_RELEASE_MAX_PART_BYTES) is received in parts and published
+        once, after the last (delta_release/parts.py); the report's `parts` lists them."""
+        if isinstance(source, bytes):
+            return ingest_batch(self, source, table=table, publish=publish)
+        return ingest_file(self, source, table=table, publish=publish)  # in parts past the part limit
 
     def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
                table: str = DEFAULT_TABLE) -> list[IngestReport]:
@@ -184,6 +187,3 @@ class Lake(LakeContext):
         """Pending evidence for every erased subject: what still holds it, and until when."""
         return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
-
-def _read_source(path: str | os.PathLike[str]) -> FileBatch:
-    return read_batch_file(path)  # streamed: hashed and decoded in bounded chunks (contract/source.py)

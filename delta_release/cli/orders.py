@@ -15,6 +15,8 @@ def _batch_text(r: dict[str, Any]) -> str:
     reasons = ", ".join(f"{k}={v}" for k, v in r["reasons"].items()) or "none"
     version = "unchanged (nothing to apply)" if r["version"] is None else f"version {r['version']}"
     dup = " (already ingested)" if r.get("duplicate") else ""
+    if r.get("parts"):  # a file over the part limit: one batch per part (delta_release/parts.py)
+        dup += f" and {len(r['parts']) - 1} more parts"
     return (f"batch {r['batch_id']}{dup}: extracted {r['extracted']}, accepted {r['accepted']}, "
             f"quarantined {r['quarantined']} ({reasons}); {version}")
 
@@ -28,6 +30,9 @@ def ingest(opts: Options, batch: Path) -> None:
         what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
         raise InputError(f"batch file {what}: {batch}", path=str(batch))
     from .. import progress
+    from ..contract.parts import max_part_bytes
+
+    max_part_bytes()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
 
     with progress.step(f"ingest {batch.name} ({progress.human_bytes(batch.stat().st_size)})"):
         report = open_lake(opts, create=True).ingest(batch).to_json()

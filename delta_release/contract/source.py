@@ -4,6 +4,10 @@
 is about one chunk (16 MiB) plus the line limit plus the decoded events, never the whole file.
 `store(raw)` then copies the file into the raw store block by block (`RawStore.put_file`), checking its
 sha256 again. `BytesBatch` gives a batch already in memory the same interface.
+
+A `FileBatch` is a byte range of a file (`offset`, `size`; the whole file by default): a file larger than
+the part limit is received as several of them (contract/parts.py), each its own batch whose bytes, id,
+line numbers and offsets are those of its range alone.
 """
 
 from __future__ import annotations
@@ -20,6 +24,22 @@ from .decode import DecodedBatch, decode_batch, decode_stream
 
 if TYPE_CHECKING:
     from ..raw import RawBatch, RawStore
+
+
+class _RangeReader:
+    """At most `length` bytes of a binary reader (positioned at the range's start)."""
+
+    def __init__(self, handle: Any, length: int) -> None:
+        self._handle = handle
+        self._left = length
+
+    def read(self, n: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        block: bytes = self._handle.read(n)
+        self._left -= len(block)
+        return block
 
 
 class _HashingReader:
@@ -46,16 +66,19 @@ def _line_text(read: Any, decoded: DecodedBatch, line: int) -> str:
 class FileBatch:
     path: Path
     sha256: str
-    size: int
+    size: int  # bytes of the batch (its range of the file)
     decoded: DecodedBatch
+    offset: int = 0  # where the batch starts in the file
 
     @property
     def batch_id(self) -> str:
         return self.sha256[:16]
 
     def read(self, offset: int, length: int) -> bytes:
+        """Bytes of the batch (offsets relative to its start), never past its end."""
+        length = max(0, min(length, self.size - offset))
         with open(self.path, "rb") as handle:
-            handle.seek(offset)
+            handle.seek(self.offset + offset)
             return handle.read(length)
 
     def line_text(self, line: int) -> str:
@@ -63,7 +86,8 @@ class FileBatch:
 
     def store(self, raw: RawStore, *, received: datetime) -> tuple[RawBatch, bool]:
         return raw.put_file(self.path, sha256=self.sha256, extracted=self.decoded.extracted,
-                            schema_versions=self.decoded.schema_versions, received=received)
+                            schema_versions=self.decoded.schema_versions, received=received,
+                            offset=self.offset, length=self.size)
 
 
 @dataclass(slots=True)
@@ -83,24 +107,30 @@ class BytesBatch:
                        received=received)
 
 
-def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None = None) -> FileBatch:
-    """Hash and decode a batch file in one streaming pass. A missing path or a directory is an InputError."""
+def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None = None, offset: int = 0,
+                    length: int | None = None) -> FileBatch:
+    """Hash and decode a batch file in one streaming pass: the whole file, or the `length` bytes at
+    `offset` (a part, contract/parts.py: a batch of its own). A missing path or a directory is an
+    InputError."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"batch file not found: {p}", path=str(p))
     try:
+        if length is None:
+            length = p.stat().st_size - offset
         with open(p, "rb") as handle:
-            reader = _HashingReader(handle)
+            handle.seek(offset)
+            reader = _HashingReader(_RangeReader(handle, length))
 
-            def reread(offset: int, length: int) -> bytes:
+            def reread(start: int, n: int) -> bytes:
                 with open(p, "rb") as again:
-                    again.seek(offset)
-                    return again.read(length)
+                    again.seek(offset + start)
+                    return again.read(max(0, min(n, length - start)))
 
             decoded = decode_stream(reader, reread, max_line_bytes=max_line_bytes)  # type: ignore[arg-type]
     except OSError as exc:
         raise InputError(f"cannot read batch file {p}: {exc.strerror or exc}", path=str(p)) from None
-    return FileBatch(path=p, sha256=reader.digest.hexdigest(), size=reader.size, decoded=decoded)
+    return FileBatch(path=p, sha256=reader.digest.hexdigest(), size=reader.size, decoded=decoded, offset=offset)
 
 
 def as_batch(source: bytes | FileBatch | BytesBatch) -> FileBatch | BytesBatch:

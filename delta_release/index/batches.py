@@ -57,6 +57,15 @@ class BatchIndex:
         self.catch_up(upto)
         return self.index.exists(f"{MARKERS}/{batch_id}")
 
+    def version_of(self, batch_id: str, *, upto: int) -> int | None:
+        """The version that applied `batch_id` (its marker's content), None when no commit carries it."""
+        self.catch_up(upto)
+        path = f"{MARKERS}/{batch_id}"
+        if "/" in batch_id or batch_id.startswith(".") or not self.index.exists(path):
+            return None
+        text = self.index.read_bytes(path).decode().strip()
+        return int(text) if text.isdigit() else None
+
     def record(self, batch_ids: list[str], version: int) -> None:
         """After our own commit: its markers now, the watermark through the usual catch-up."""
         self._mark(batch_ids, version)

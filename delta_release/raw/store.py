@@ -66,11 +66,12 @@ class RawStore:
         return record, created
 
     def put_file(self, path: str | os.PathLike[str], *, sha256: str, extracted: int, schema_versions: list[int],
-                 received: datetime) -> tuple[RawBatch, bool]:
-        """Store a batch file if new, streaming it (see `_put_file`). Returns its record and whether this
-        call stored it."""
+                 received: datetime, offset: int = 0, length: int | None = None) -> tuple[RawBatch, bool]:
+        """Store a batch file if new, streaming it (see `_put_file`): the whole file, or the `length` bytes
+        at `offset` (one part of a file received in parts), stored byte-identical to that slice. Returns
+        its record and whether this call stored it."""
         return _put_file(self, path, sha256=sha256, extracted=extracted, schema_versions=schema_versions,
-                         received=received)
+                         received=received, offset=offset, length=length)
 
     def _sha_for(self, batch_id: str) -> str:
         for obj in self._storage.list(PREFIX, recursive=False):
@@ -108,13 +109,14 @@ COPY_BLOCK = 8 << 20
 
 
 def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, extracted: int,
-              schema_versions: list[int], received: datetime) -> tuple[RawBatch, bool]:
-    """`RawStore.put_file`: copy a batch file into the store in blocks (memory: one block), under the
-    sha256 the caller computed while decoding; the copy is hashed again, so a file that changed in between
-    is refused rather than stored under the wrong name."""
+              schema_versions: list[int], received: datetime, offset: int = 0,
+              length: int | None = None) -> tuple[RawBatch, bool]:
+    """`RawStore.put_file`: copy a batch file (or its byte range `offset`, `length`) into the store in
+    blocks (memory: one block), under the sha256 the caller computed while decoding; the copy is hashed
+    again, so a file that changed in between is refused rather than stored under the wrong name."""
     storage = store._storage
     rel = store._data_path(sha256)
-    size = Path(path).stat().st_size
+    size = Path(path).stat().st_size - offset if length is None else length
     if storage.exists(rel):
         created = False
     elif storage.is_local:
@@ -123,7 +125,8 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
         tmp = final.parent / temp_name()  # host and pid in the name: the next writer sweeps a killed copy
         try:
             with open(path, "rb") as src, open(tmp, "wb") as out:
-                digest = _copy(src, out)
+                src.seek(offset)
+                digest = _copy(src, out, size)
                 out.flush()
                 os.fsync(out.fileno())
             crash_point("storage.after_temp:_raw")
@@ -137,7 +140,8 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
             tmp.unlink(missing_ok=True)
     else:
         with open(path, "rb") as src, storage.fs.open_output_stream(storage.uri(rel).removeprefix("s3://")) as out:
-            digest = _copy(src, out)
+            src.seek(offset)
+            digest = _copy(src, out, size)
         _check_same(digest, sha256, path)
         created = True
     record = RawBatch(batch_id=sha256[:16], sha256=sha256, size=size, extracted=extracted,
@@ -148,11 +152,13 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
     return record, created
 
 
-def _copy(src: BinaryIO, out: Any) -> str:
+def _copy(src: BinaryIO, out: Any, length: int) -> str:
+    """Copy `length` bytes (fewer if the file ends first: the digest check then refuses it)."""
     digest = hashlib.sha256()
-    while block := src.read(COPY_BLOCK):
+    while length > 0 and (block := src.read(min(COPY_BLOCK, length))):
         digest.update(block)
         out.write(block)
+        length -= len(block)
     return digest.hexdigest()
 
 

@@ -17,7 +17,7 @@ import polars as pl
 from .. import __version__
 from .. import progress as show
 from ..clock import Clock, iso
-from ..contract.source import read_batch_file
+from ..contract.parts import file_parts
 from ..errors import StaleParentError
 from ..ingest import applied_batches
 from ..lake import Lake
@@ -96,7 +96,8 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     for source in cfg.sources:
         tick(f"receive {source.name}")
         with show.step(f"receive {source.name} ({show.human_bytes(source.stat().st_size)})"):
-            batches.append(receive(lk, read_batch_file(source)))
+            for part in file_parts(source):  # one batch per part past the part limit (contract/parts.py)
+                batches.append(receive(lk, part))
     with show.step("stage the candidate"):
         staged = stage_run(lk, batches, run_id=run_id)
     reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
