@@ -64,9 +64,7 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
     lake = create_lake(lake_path)
     ctx = lake.table("orders")
     handle = DeltaTable(ctx.uri, storage_options=ctx.storage_options or None)
-    by_day: dict[int, _delta.FileEntry] = {e.partition_values.get(ctx.table.partition): e
-                                          for e in _delta.file_entries(ctx.uri, ctx.storage_options,
-                                                                       handle.version())}
+    by_day = _files_by_day(ctx, int(handle.version()))
     record_indexes = getattr(writer, "record_indexes", None)
     commit_s: dict[int, float] = {}
 
@@ -90,8 +88,7 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
             batch_id = batch_id_of(data)
             t0 = time.perf_counter()
             lake.raw.put(data, extracted=rows, schema_versions=[3], received=lake.clock.now())
-            old = by_day.get(str(day))
-            staged = writer.stage(ctx, HistoryCommit(day, frame, batch_id, [old] if old else []), version)
+            staged = writer.stage(ctx, HistoryCommit(day, frame, batch_id, by_day.get(str(day), [])), version)
             actions: list[Any] = [AddAction(path=a.path, size=a.size, partition_values=a.partition_values,
                                             modification_time=a.modification_time, data_change=True, stats=a.stats)
                                   for a in staged.adds]
@@ -110,9 +107,11 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
             writer.publish(ctx, version, staged.evidence)
             if record_indexes is not None:
                 record_indexes(ctx, version, staged)
-            add = staged.adds[0]
-            by_day[str(day)] = _delta.FileEntry(path=add.path, size=add.size, partition_values=add.partition_values,
-                                                num_records=rows)
+            # every file the version added (one per bucket the day's rows fall in) is what the next
+            # rewrite of the day removes: remembering only the first one left 7 of 8 bucket files live, so
+            # the table's file count (and its duplicate rows) grew with the version count
+            by_day[str(day)] = [_delta.FileEntry(path=a.path, size=a.size, partition_values=a.partition_values,
+                                                 num_records=None) for a in staged.adds]
             if version % 250 == 0:
                 commit_s[version] = round(time.perf_counter() - t0, 4)
                 print(f"  history v{version} {commit_s[version]:.3f}s", file=sys.stderr, flush=True)
@@ -122,11 +121,21 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
         version = int(report.version)
         commit_s[version] = round(time.perf_counter() - t0, 4)
         handle = DeltaTable(ctx.uri, storage_options=ctx.storage_options or None)
-        by_day = {e.partition_values.get(ctx.table.partition): e
-                  for e in _delta.file_entries(ctx.uri, ctx.storage_options, version)}
+        by_day = _files_by_day(ctx, version)
         i = version
         link_copy(lake_path, lake_path.parent / f"{lake_path.name}@{version}")
     return {"versions": version, "build_seconds": round(time.perf_counter() - t_start, 1), "commit_s": commit_s}
+
+
+def _files_by_day(ctx: Any, version: int) -> dict[str, list[Any]]:
+    """The files of `version` by partition value (as the log writes it): what rewriting a day removes."""
+    from delta_release import _delta
+
+    out: dict[str, list[Any]] = {}
+    for e in _delta.file_entries(ctx.uri, ctx.storage_options, version):
+        value = e.partition_values.get(ctx.table.partition)
+        out.setdefault(str(value), []).append(e)
+    return out
 
 
 def timed_batch(w: int, events: int, days: int, touched: int, rows: int) -> bytes:
