@@ -99,7 +99,8 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
             props = CommitProperties(max_commit_retries=0, custom_metadata={
                 _delta.METADATA_KEY: _json.dumps(staged.evidence.to_json(), sort_keys=True)})
             handle.create_write_transaction(actions, mode="append", schema=handle.schema(),
-                                            partition_by=[ctx.table.partition], commit_properties=props)
+                                            partition_by=[ctx.table.partition], commit_properties=props,
+                                            post_commithook_properties=getattr(_delta, "POST_COMMIT", None))
             version += 1
             handle.update_incremental()  # reads the one new commit
             if int(handle.version()) != version:
