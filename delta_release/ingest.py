@@ -104,8 +104,10 @@ class ApplyEvents(Plan):
             self.applied, removes, stream = plan_bucketed(ctx, parent, self.events)
             if stream is None:
                 return Change(operation=self.operation, batch_ids=self.batch_ids)
-            return replace_files(removes, stream, locations=self.applied.locations, operation=self.operation,
-                                 batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
+            change = replace_files(removes, stream, locations=self.applied.locations, operation=self.operation,
+                                   batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
+            change.hashed_locations = self.applied.hashed_locations
+            return change
         self.applied = plan_apply(self.events, parent_reader(ctx, parent))
         if self.applied.empty:
             return Change(operation=self.operation, batch_ids=self.batch_ids)

@@ -24,7 +24,8 @@ import pyarrow.dataset as ds
 
 from .. import _delta, index
 from ..context import TableContext
-from ..stage.buckets import BUCKET_COLUMN, bucket_of_path, with_buckets
+from ..index.keys import DAY, NULL_DAY
+from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, bucket_of_path, hash_array, keyed, with_buckets
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_from
 
 READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
@@ -102,7 +103,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     if events.height == 0:
         return plan, [], None
     events = dedupe_events(events, cols)
-    keys = with_buckets(events.select(key).unique(), key, n, hasher)
+    keys = keyed(events[key], n, hasher)  # key, its keyed hash, its bucket: each key hashed once
     files = _Files(ctx, parent, cols)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
@@ -129,7 +130,8 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     removes = [e for d in days for e in replaced[d]]
     new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
-    plan.locations = dict(zip(new_rows[key].to_list(), new_rows[part].to_list(), strict=True))
+    plan.hashed_locations = (hash_array(rows[HASH_COLUMN]),
+                             rows[part].fill_null(NULL_DAY).to_numpy().astype(DAY))
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n)
 
 
@@ -148,9 +150,10 @@ def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, key
         rows = read_rows_from(_delta.scan(ctx.uri, ctx.storage_options, parent), cols)(
             keys=keys[key].to_list(), exclude_days=touched)
         return rows
-    where = keys_index.locate(keys[key].to_list(), upto=parent)
+    where = keys_index.locate(keys[key].to_list(), upto=parent, hashes=hash_array(keys[HASH_COLUMN]))
     excluded = set(touched)
-    located = keys.filter(pl.col(key).is_in(pl.Series(list(where), dtype=pl.String).implode()))
+    located = keys.select(key, BUCKET_COLUMN).filter(
+        pl.col(key).is_in(pl.Series(list(where), dtype=pl.String).implode()))
     wanted: dict[Any, set[int]] = {}
     for k, b in located.iter_rows():
         d = where[k]
