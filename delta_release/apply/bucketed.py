@@ -50,6 +50,38 @@ def read_entries(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntr
     return frame.select(cols.row_columns).cast(cols.row_schema)  # type: ignore[arg-type]
 
 
+def read_entry(ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.DataFrame:
+    """Every row of one file (`read_entries` of one file, without a dataset's per-call set-up)."""
+    import pyarrow.parquet as pq
+
+    with ctx.storage.open_input(entry.path) as handle:
+        frame = pl.from_arrow(pq.read_table(handle))
+    assert isinstance(frame, pl.DataFrame)
+    ptype = cols.row_schema[cols.partition]
+    text = entry.partition_values.get(cols.partition)
+    value = pl.Series([None if text is None else str(text)], dtype=pl.String).cast(ptype)
+    out = frame.with_columns(pl.lit(value[0], dtype=ptype).alias(cols.partition)).select(cols.row_columns)
+    return out.cast(cols.row_schema)  # type: ignore[arg-type]
+
+
+class _Kept:
+    """Rows of parent files the lookup of prior rows read, kept for the rewrite of the same files (so a
+    replaced file is read once), up to `budget` rows in all: memory stays bounded by the batch."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.rows: dict[str, pl.DataFrame] = {}
+
+    def keep(self, path: str, frame: pl.DataFrame) -> None:
+        if frame.height <= self.budget:
+            self.rows[path] = frame
+            self.budget -= frame.height
+
+    def take(self, ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.DataFrame:
+        frame = self.rows.pop(entry.path, None)
+        return read_entry(ctx, cols, entry) if frame is None else frame
+
+
 class _Files:
     """The parent's file list for the days asked, listed once per day."""
 
@@ -81,11 +113,20 @@ class _Files:
         return out
 
 
-def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry], keys: pl.DataFrame) -> pl.DataFrame:
-    """The rows of `keys` in `files`, reading a chunk of files at a time."""
+def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry], keys: pl.DataFrame,
+                  kept: _Kept | None = None) -> pl.DataFrame:
+    """The rows of `keys` in `files`, reading a chunk of files at a time (each file's rows kept in `kept`
+    while its budget lasts)."""
     found = [cols.empty()]
     for start in range(0, len(files), READ_CHUNK_FILES):
-        chunk = read_entries(ctx, cols, files[start:start + READ_CHUNK_FILES])
+        entries = files[start:start + READ_CHUNK_FILES]
+        if kept is None or kept.budget <= 0:
+            chunk = read_entries(ctx, cols, entries)
+        else:
+            frames = [read_entry(ctx, cols, e) for e in entries]
+            for e, frame in zip(entries, frames, strict=True):
+                kept.keep(e.path, frame)
+            chunk = pl.concat([cols.empty(), *frames])
         found.append(chunk.join(keys, on=cols.key, how="semi"))
     return pl.concat(found)
 
@@ -108,7 +149,9 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
     wanted = set(keys[BUCKET_COLUMN].unique().to_list())
-    found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], keys.select(key))
+    kept = _Kept(budget=events.height)  # the files of the touched days are usually the ones rewritten
+    found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], keys.select(key),
+                          kept)
     unresolved = keys.join(found.select(key), on=key, how="anti")
     prior = found
     if unresolved.height:
@@ -132,7 +175,8 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     plan.changed_keys = new_rows.height
     plan.hashed_locations = (hash_array(rows[HASH_COLUMN]),
                              rows[part].fill_null(NULL_DAY).to_numpy().astype(DAY))
-    return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n)
+    kept.rows = {p: f for p, f in kept.rows.items() if p in {e.path for e in removes}}  # the others go now
+    return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)
 
 
 def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, keys: pl.DataFrame,
@@ -165,7 +209,7 @@ def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, key
 
 
 def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[Any, list[_delta.FileEntry]],
-            new_rows: pl.DataFrame, n: int) -> Stream:
+            new_rows: pl.DataFrame, n: int, read: _Kept) -> Stream:
     key, part = cols.key, cols.partition
     by_day = new_rows.partition_by(part, as_dict=True)
     # The old row of a winning key is in its prior day (one row per key): a day's replaced files lose the
@@ -177,7 +221,7 @@ def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[An
         old = [cols.empty().with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))]
         for e in replaced[day]:
             b = bucket_of_path(e.path, n)
-            rows = read_entries(ctx, cols, [e])
+            rows = read.take(ctx, cols, e)
             old.append(with_buckets(rows, key, n, hasher) if b is None
                        else rows.with_columns(pl.lit(b, dtype=pl.Int32).alias(BUCKET_COLUMN)))
         new = by_day.pop((day,), None)
