@@ -16,6 +16,7 @@ batch's keys are read and rewritten, a partition at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -29,6 +30,8 @@ from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, bucket_of_path, hash_arr
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_from
 
 READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
+
+PREFETCH_KEYS_PER_BUCKET = 64  # events per bucket from which a batch's days' files are read while hashing
 
 MANY_KEYS = 20_000  # unresolved keys from which listing the parent's files beats locating them
 
@@ -81,6 +84,21 @@ class _Kept:
         frame = self.rows.pop(entry.path, None)
         return read_entry(ctx, cols, entry) if frame is None else frame
 
+    def prefetch(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry]) -> None:
+        """Read `entries` ahead, while the budget lasts."""
+        for e in entries:
+            if self.budget <= 0:
+                return
+            self.keep(e.path, read_entry(ctx, cols, e))
+
+    def read(self, ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.DataFrame:
+        """The file's rows: prefetched (and still kept for the rewrite), or read now and kept if they fit."""
+        frame = self.rows.get(entry.path)
+        if frame is None:
+            frame = read_entry(ctx, cols, entry)
+            self.keep(entry.path, frame)
+        return frame
+
 
 class _Files:
     """The parent's file list for the days asked, listed once per day."""
@@ -120,13 +138,10 @@ def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry
     found = [cols.empty()]
     for start in range(0, len(files), READ_CHUNK_FILES):
         entries = files[start:start + READ_CHUNK_FILES]
-        if kept is None or kept.budget <= 0:
+        if kept is None or (kept.budget <= 0 and not any(e.path in kept.rows for e in entries)):
             chunk = read_entries(ctx, cols, entries)
         else:
-            frames = [read_entry(ctx, cols, e) for e in entries]
-            for e, frame in zip(entries, frames, strict=True):
-                kept.keep(e.path, frame)
-            chunk = pl.concat([cols.empty(), *frames])
+            chunk = pl.concat([cols.empty(), *[kept.read(ctx, cols, e) for e in entries]])
         found.append(chunk.join(keys, on=cols.key, how="semi"))
     return pl.concat(found)
 
@@ -144,12 +159,18 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     if events.height == 0:
         return plan, [], None
     events = dedupe_events(events, cols)
-    keys = keyed(events[key], n, hasher)  # key, its keyed hash, its bucket: each key hashed once
     files = _Files(ctx, parent, cols)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
-    wanted = set(keys[BUCKET_COLUMN].unique().to_list())
     kept = _Kept(budget=events.height)  # the files of the touched days are usually the ones rewritten
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") as pool:
+        # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
+        # none of k keys is ((n-1)/n)^k): their files are read while the keys are hashed (file reads
+        # release the GIL, hashing holds it). A smaller batch reads only its buckets' files, after hashing.
+        if events.height >= PREFETCH_KEYS_PER_BUCKET * n:
+            pool.submit(kept.prefetch, ctx, cols, [e for d in touched for e in files.holding(d, None, n)])
+        keys = keyed(events[key], n, hasher)  # key, its keyed hash, its bucket: each key hashed once
+    wanted = set(keys[BUCKET_COLUMN].unique().to_list())
     found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], keys.select(key),
                           kept)
     unresolved = keys.join(found.select(key), on=key, how="anti")
