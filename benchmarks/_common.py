@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+FIXED_BUDGET_MB = 512  # the "fixed budget" of issue 17.4 (peak <= 3x the largest line + this), as we read it
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 DATA = BENCH / "data"

@@ -197,6 +197,11 @@ def _stamp(path: Path, params: dict[str, Any]) -> bool:
     return stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(params, sort_keys=True))
 
 
+# Bumped when the package's on-disk layout of a built lake of ours changes, so `ensure` rebuilds it untimed
+# instead of the first timed ingest migrating it (2: the key index as sorted `.kx` files, not shards).
+OURS_LAYOUT = 2
+
+
 def _done(path: Path, params: dict[str, Any]) -> None:
     (path / ".built.json").write_text(json.dumps(params, sort_keys=True))
 
@@ -228,13 +233,14 @@ def ensure(scale: Scale, kinds: tuple[str, ...] = ("ours", "delta", "iceberg"), 
             if kind not in kinds:
                 continue
             path = root / f"{kind}_{label}"
-            if not _stamp(path, {**params, "kind": kind, "days": days}):
+            stamp = {**params, "kind": kind, "days": days, **({"layout": OURS_LAYOUT} if kind == "ours" else {})}
+            if not _stamp(path, stamp):
                 if frame is None:
                     frame = base_frame(scale, days)
                 shutil.rmtree(path, ignore_errors=True)
                 log(f"  building {kind} table: {frame.height:,} rows over {days} days -> {path.name}")
                 builder(frame, path)
-                _done(path, {**params, "kind": kind, "days": days})
+                _done(path, stamp)
             entry[kind] = path
         info["tables"][entry["rows"]] = entry
     return info

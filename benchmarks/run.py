@@ -15,7 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from . import report
-from ._common import BENCH, SCALES, Scale, data_dir, large, link_copy, machine, median, run_child, versions
+from ._common import (
+    BENCH,
+    FIXED_BUDGET_MB,
+    SCALES,
+    Scale,
+    data_dir,
+    large,
+    link_copy,
+    machine,
+    median,
+    run_child,
+    versions,
+)
 
 SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory", "stream",
             "engines")
@@ -491,9 +503,6 @@ def bench_writers(scale: Scale, skip: set[str]) -> dict[str, Any]:
 
 
 # -- 9. peak memory: a backfill and hostile file sizes (issues 14.6g and 17.4; benchmarks/bench_peak.py) ---------
-
-FIXED_BUDGET_MB = 512  # the "fixed budget" of issue 17.4, as this harness reads it
-
 
 def bench_memory(scale: Scale, skip: set[str]) -> dict[str, Any]:
 

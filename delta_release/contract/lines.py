@@ -26,21 +26,27 @@ ENV_MAX_LINE = "DELTA_RELEASE_MAX_LINE_BYTES"
 
 def max_line_bytes(value: int | None = None) -> int:
     """The line-length limit in force: `value`, else $DELTA_RELEASE_MAX_LINE_BYTES, else 1 MiB."""
+    return byte_limit(value, ENV_MAX_LINE, MAX_LINE_BYTES, "the maximum line length")
+
+
+def byte_limit(value: int | None, env_name: str, default: int, what: str) -> int:
+    """A size limit in bytes: `value`, else the environment variable `env_name`, else `default`; a limit
+    that is not a positive integer is an input error naming where it came from."""
+    from ..errors import InputError
+
+    where = what
     if value is None:
-        env = os.environ.get(ENV_MAX_LINE, "").strip()
+        env = os.environ.get(env_name, "").strip()
         if not env:
-            return MAX_LINE_BYTES
+            return default
+        where = env_name
         try:
             value = int(env)
         except ValueError:
-            from ..errors import InputError
-
-            raise InputError(f"{ENV_MAX_LINE} must be a positive integer of bytes, got {env[:40]!r}",
-                             key=ENV_MAX_LINE) from None
+            raise InputError(f"{env_name} must be a positive integer of bytes, got {env[:40]!r}",
+                             key=env_name) from None
     if value < 1:
-        from ..errors import InputError
-
-        raise InputError(f"the maximum line length must be at least 1 byte, got {value}", key=ENV_MAX_LINE)
+        raise InputError(f"{where} must be at least 1 byte, got {value}", key=env_name)
     return value
 
 

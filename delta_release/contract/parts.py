@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import InputError
-from .lines import BOM
+from .lines import BOM, byte_limit
 from .source import FileBatch, read_batch_file
 
 MAX_PART_BYTES = 256 << 20
@@ -35,20 +34,7 @@ SCAN_BLOCK = 1 << 20
 
 def max_part_bytes(value: int | None = None) -> int:
     """The part limit in force: `value`, else $DELTA_RELEASE_MAX_PART_BYTES, else 256 MiB."""
-    where = "the maximum part size"
-    if value is None:
-        env = os.environ.get(ENV_MAX_PART, "").strip()
-        if not env:
-            return MAX_PART_BYTES
-        where = ENV_MAX_PART
-        try:
-            value = int(env)
-        except ValueError:
-            raise InputError(f"{ENV_MAX_PART} must be a positive integer of bytes, got {env[:40]!r}",
-                             key=ENV_MAX_PART) from None
-    if value < 1:
-        raise InputError(f"{where} must be at least 1 byte, got {value}", key=ENV_MAX_PART)
-    return value
+    return byte_limit(value, ENV_MAX_PART, MAX_PART_BYTES, "the maximum part size")
 
 
 def _starts_with_bom(handle: BinaryIO, offset: int) -> bool:
