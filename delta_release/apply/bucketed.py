@@ -31,6 +31,9 @@ from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_
 
 READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
 
+# Rows of parent files kept between the prior-row lookup and the rewrite: at most the batch's row count and
+# this cap (about 30 MB), so a large part of a backfill does not raise the ingest's peak memory much.
+KEPT_MAX_ROWS = 500_000
 PREFETCH_KEYS_PER_BUCKET = 64  # events per bucket from which a batch's days' files are read while hashing
 
 MANY_KEYS = 20_000  # unresolved keys from which listing the parent's files beats locating them
@@ -166,7 +169,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     files = _Files(ctx, parent, cols)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
-    kept = _Kept(budget=events.height)  # the files of the touched days are usually the ones rewritten
+    kept = _Kept(budget=min(events.height, KEPT_MAX_ROWS))  # touched days' files: usually the ones rewritten
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") as pool:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
         # none of k keys is ((n-1)/n)^k): their files are read while the keys are hashed (file reads
