@@ -21,6 +21,7 @@ from .contract.source import BytesBatch, FileBatch, as_batch
 from .errors import ReconciliationError
 from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
 from .faults import crash_point
+from .stage.buckets import digests
 from .tables import DEFAULT_TABLE
 
 
@@ -80,7 +81,8 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
         return decoded.events, []
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
     keys = decoded.events[key].unique().to_list()
-    blocked = [k for k in keys if lake.erasures.subject_key(k) in erased]
+    raw, erased_raw = digests(keys, lake.erasures.subject_key), {bytes.fromhex(s) for s in erased if len(s) == 64}
+    blocked = [k for i, k in enumerate(keys) if raw[32 * i:32 * i + 32] in erased_raw]
     if not blocked:
         return decoded.events, []
     mask = pl.col(key).is_in(blocked)
@@ -104,8 +106,10 @@ class ApplyEvents(Plan):
             self.applied, removes, stream = plan_bucketed(ctx, parent, self.events)
             if stream is None:
                 return Change(operation=self.operation, batch_ids=self.batch_ids)
-            return replace_files(removes, stream, locations=self.applied.locations, operation=self.operation,
-                                 batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
+            change = replace_files(removes, stream, locations=self.applied.locations, operation=self.operation,
+                                   batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
+            change.hashed_locations = self.applied.hashed_locations
+            return change
         self.applied = plan_apply(self.events, parent_reader(ctx, parent))
         if self.applied.empty:
             return Change(operation=self.operation, batch_ids=self.batch_ids)

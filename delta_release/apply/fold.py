@@ -81,6 +81,8 @@ class ApplyPlan:
     conflicts: list[Conflict] = field(default_factory=list)
     changed_keys: int = 0
     locations: dict[str, int | None] = field(default_factory=dict)  # key -> its partition after the change
+    # the same, for keys whose keyed hash the plan computed: (S32 hashes, int32 partitions; -1: null)
+    hashed_locations: tuple[Any, Any] | None = None
 
     @property
     def empty(self) -> bool:
@@ -139,23 +141,64 @@ class Folded:
         return sorted(new | old, key=day_order)
 
 
+def _differs(cols: Columns, prior_suffix: str, tombstone: str) -> pl.Expr:
+    """An event differs from the current row at the same position (a position conflict); the current
+    row's columns carry `prior_suffix`, its tombstone flag is `tombstone`."""
+    values, part = list(cols.values), cols.partition
+    return pl.when(pl.col(tombstone)).then(pl.col("kind") != "delete").otherwise(
+        pl.any_horizontal(pl.col("kind") != "upsert",
+                          *[pl.col(v).eq_missing(pl.col(f"{v}{prior_suffix}")).not_() for v in values],
+                          pl.col(part).eq_missing(pl.col(f"{part}{prior_suffix}")).not_()))
+
+
+def _conflicts(bad: pl.DataFrame, cols: Columns) -> list[Conflict]:
+    return [Conflict(line=line, order_id=k, detail=f"position {p} already holds a different event for this order")
+            for line, k, p in bad.select("line", cols.key, cols.ordering).iter_rows()]
+
+
 def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> Folded:
     """Fold deduplicated `events` over `prior` (the current row, tombstones included, of each of their keys
-    that has one). Batch-sized: joins and one sort of the batch plus its prior rows."""
+    that has one; at most one per key). Batch-sized.
+
+    A key with ONE event in the batch (the common case) needs no sequence: one join with its prior row
+    decides it (the event wins over a lower position or no row; a delete's tombstone goes to the prior
+    row's partition, else to its own `event_day`; the same position with other content is a conflict).
+    Keys with several events go through the sequence fold (`fold_sequence`); both give what the sequence
+    fold gives for the whole batch."""
+    key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
+    several = events.select(pl.col(key).is_duplicated()).to_series()
+    multi = events.filter(several) if several.any() else None
+    single = events.filter(several.not_()) if multi is not None else events
+    renamed = [pos, *cols.values, tomb, part]
+    joined = single.join(prior.select(key, *[pl.col(c).alias(f"{c}_prior") for c in renamed]), on=key, how="left")
+    prior_pos = pl.col(f"{pos}_prior")
+    conflicts = _conflicts(joined.filter((pl.col(pos) == prior_pos) & _differs(cols, "_prior", f"{tomb}_prior")), cols)
+    is_delete = pl.col("kind") == "delete"
+    rows = joined.filter(prior_pos.is_null() | (pl.col(pos) > prior_pos)).select(
+        key, pos,
+        *[pl.when(is_delete).then(None).otherwise(pl.col(v)).alias(v) for v in cols.values],
+        is_delete.alias(tomb),
+        pl.when(is_delete).then(pl.coalesce(f"{part}_prior", part)).otherwise(pl.col(part)).alias(part),
+        pl.col(f"{part}_prior").alias("prior_day"), prior_pos.is_not_null().alias("had_prior"),
+    ).cast(cols.row_schema)  # type: ignore[arg-type]
+    if multi is not None:
+        rest = fold_sequence(multi, prior.join(multi.select(key).unique(), on=key, how="semi"), cols)
+        rows = pl.concat([rows, rest.rows])
+        conflicts = sorted([*conflicts, *rest.conflicts], key=lambda c: c.line)
+    return Folded(rows=rows, conflicts=conflicts)
+
+
+def fold_sequence(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> Folded:
+    """The general fold: the batch's events and the prior rows of their keys as one sequence by position,
+    per key. Batch-sized: joins and one sort of the batch plus its prior rows."""
     key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
     values = list(cols.values)
     conflicts: list[Conflict] = []
     # Same position as the current row but different content: a position conflict, never applied.
     same_pos = events.join(prior, on=[key, pos], how="inner", suffix="_prior")
     if same_pos.height:
-        differs = pl.when(pl.col(tomb)).then(pl.col("kind") != "delete").otherwise(
-            pl.any_horizontal(pl.col("kind") != "upsert",
-                              *[pl.col(v).eq_missing(pl.col(f"{v}_prior")).not_() for v in values],
-                              pl.col(part).eq_missing(pl.col(f"{part}_prior")).not_()))
-        bad = same_pos.filter(differs).sort("line")
-        for line, k, p in bad.select("line", key, pos).iter_rows():
-            conflicts.append(Conflict(line=line, order_id=k,
-                                      detail=f"position {p} already holds a different event for this order"))
+        bad = same_pos.filter(_differs(cols, "_prior", tomb)).sort("line")  # events have no tombstone column
+        conflicts += _conflicts(bad, cols)
         if bad.height:
             events = events.join(bad.select("line"), on="line", how="anti")
 

@@ -79,6 +79,7 @@ class Change:
     # places (None: derive them from every row it stages), and keys it removes from the table (erasure).
     locations: dict[str, Any] | None = None
     gone_keys: list[str] = field(default_factory=list)
+    hashed_locations: tuple[Any, Any] | None = None  # more locations, by keyed hash (index/keys.py `record`)
 
     @property
     def empty(self) -> bool:
@@ -321,7 +322,8 @@ def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> 
         locations = {}
         for value, frame in change.partitions.items():
             locations.update(dict.fromkeys(frame[key].to_list(), value))
-    keys.record(version, locations, change.gone_keys, files=[e.add.path for e in change.existing])
+    keys.record(version, locations, change.gone_keys, files=[e.add.path for e in change.existing],
+                hashed_locations=change.hashed_locations)
 
 
 def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attempts: int = MAX_ATTEMPTS,

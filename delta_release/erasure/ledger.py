@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import SafetyError
@@ -105,6 +106,20 @@ class ErasureLedger:
             self._memo.clear()
         self._memo[subject_id] = digest
         return digest
+
+    def subject_digests(self, subject_ids: Iterable[str]) -> bytes:
+        """The raw 32-byte HMAC-SHA256 of each id, concatenated in order: `bytes.fromhex(subject_key(id))`
+        for each, in one tight loop (no hex, no memo). The bulk paths (a batch's buckets, key-index
+        lookups, records and rebuilds) hash each distinct key once with it."""
+        icopy, ocopy = self._inner.copy, self._outer.copy
+        out = []
+        for subject_id in subject_ids:
+            inner = icopy()
+            inner.update(subject_id.encode("utf-8"))
+            outer = ocopy()
+            outer.update(inner.digest())
+            out.append(outer.digest())
+        return b"".join(out)
 
     def _path(self, subject: str) -> str:
         return f"{SUBJECTS_PREFIX}/{subject}.json"

@@ -52,6 +52,7 @@ import polars as pl
 
 from .. import _delta
 from ..evidence import CommitEvidence
+from ..stage.buckets import digests
 from ..storage import Storage
 from .watermark import read_watermark, write_watermark
 
@@ -161,14 +162,19 @@ def _fold(base: Run, change: Run) -> Run:
     return np.ascontiguousarray(h), np.ascontiguousarray(day)
 
 
-def _from_rows(rows: list[tuple[str, int]]) -> Run:
-    """A run from (hex hash, partition) rows in the order they happened (a later row wins)."""
-    if not rows:
+def _from_runs(runs: list[Run]) -> Run:
+    """A run from (hashes, partitions) pieces in the order they happened (a later row wins)."""
+    runs = [r for r in runs if len(r[0])]
+    if not runs:
         return _empty()
-    rows = rows[::-1]
-    h = np.frombuffer(b"".join(bytes.fromhex(x) for x, _ in rows), dtype=HASH)
-    day = np.fromiter((d for _, d in rows), dtype=DAY, count=len(rows))
+    h = np.concatenate([r[0] for r in runs])[::-1]
+    day = np.concatenate([r[1] for r in runs])[::-1]
     return _merge([(h, day)], drop_gone=False)
+
+
+def hashed(raw: bytes) -> np.ndarray:
+    """Concatenated 32-byte keyed hashes as the index's hash column."""
+    return np.frombuffer(raw, dtype=HASH)
 
 
 def _find(run: Run, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -246,24 +252,34 @@ class KeyIndex:
         write_watermark(self.index, COMPLETE, self.uri, self.options, version)
 
     # -- writing ----------------------------------------------------------------------------------
+    def _hash(self, keys: list[str]) -> np.ndarray:
+        return hashed(digests(keys, self.hasher))
+
+    def _run_of(self, keys: list[str], days: Iterable[Any]) -> Run:
+        return self._hash(keys), np.fromiter((_day_in(d) for d in days), dtype=DAY, count=len(keys))
+
     def record(self, version: int, locations: dict[str, int | None], gone: Iterable[str] = (),
-               *, files: Iterable[str] = ()) -> None:
-        """Commit `version` put each order of `locations` (and every order of the data files `files`) in
-        that partition and removed `gone`. One file write, then the writer's share of compaction."""
+               *, files: Iterable[str] = (), hashed_locations: Run | None = None) -> None:
+        """Commit `version` put each order of `locations` (and every order of the data files `files`, and
+        each hash of `hashed_locations`: (S32 hashes, int32 partitions, NULL_DAY for null)) in that
+        partition and removed `gone`. One file write, then the writer's share of compaction."""
         if self._watermark() is None:
             return  # no index yet: the next lookup builds it from the table, this commit included
-        rows = [(self.hasher(k), _day_in(d)) for k, d in locations.items()]
-        rows += self._locations_of_files(list(files))
-        rows += [(self.hasher(k), GONE) for k in gone]
-        self._write(0, version, version, _from_rows(rows))
+        runs = [self._run_of(list(locations), locations.values())]
+        if hashed_locations is not None:
+            runs.append(hashed_locations)
+        runs += self._locations_of_files(list(files))
+        gone = list(gone)
+        runs.append((self._hash(gone), np.full(len(gone), GONE, dtype=DAY)))
+        self._write(0, version, version, _from_runs(runs))
         self.maintain()
 
-    def _locations_of_files(self, paths: list[str]) -> list[tuple[str, int]]:
-        rows: list[tuple[str, int]] = []
+    def _locations_of_files(self, paths: list[str]) -> list[Run]:
+        runs: list[Run] = []
         for path in paths:
             frame = self._read_file(path)
-            rows += [(self.hasher(k), _day_in(d)) for k, d in frame.select(self.key, self.partition).iter_rows()]
-        return rows
+            runs.append(self._run_of(frame[self.key].to_list(), frame[self.partition].to_list()))
+        return runs
 
     def _read_file(self, path: str) -> pl.DataFrame:
         import pyarrow.parquet as pq
@@ -343,15 +359,15 @@ class KeyIndex:
             else:
                 gaps.append((v, v))
         for first, last in gaps:  # one file per gap, not one per version
-            rows: list[tuple[str, int]] = []
+            runs: list[Run] = []
             for version in range(first, last + 1):
                 raw = _delta.version_evidence(self.uri, self.options, version)
                 if raw is None:  # not a commit of ours (or its log entry is gone): rebuild from the table
                     self.rebuild(upto)
                     return
                 evidence = CommitEvidence.from_json(raw)
-                rows += self._locations_of_files([f.path for f in evidence.files])
-            self._write(0, first, last, _from_rows(rows))
+                runs += self._locations_of_files([f.path for f in evidence.files])
+            self._write(0, first, last, _from_runs(runs))
         self._set_watermark(upto)
         if gaps:
             self.maintain()
@@ -359,12 +375,10 @@ class KeyIndex:
     def rebuild(self, version: int) -> None:
         """The whole index from the table at `version` (a missing index). Deletes no file of this layout:
         writers may be rebuilding at the same time; a base hides every file up to its version."""
-        rows: list[tuple[str, int]] = []
+        runs: list[Run] = []
         if version > 0:
-            for entry in _delta.file_entries(self.uri, self.options, version):
-                frame = self._read_file(entry.path)
-                rows += [(self.hasher(k), _day_in(d)) for k, d in frame.select(self.key, self.partition).iter_rows()]
-        self._write(BASE, 0, version, _merge([_from_rows(rows)], drop_gone=True))
+            runs = self._locations_of_files([e.path for e in _delta.file_entries(self.uri, self.options, version)])
+        self._write(BASE, 0, version, _merge([_from_runs(runs)], drop_gone=True))
         self._set_watermark(version)
         self._drop_legacy()
 
@@ -394,31 +408,34 @@ class KeyIndex:
         base = max(bases, key=lambda b: b.last)
         return [*reversed(_chain(files, base.last, max(f.last for f in files))), base]
 
-    def locate(self, keys: Iterable[str], *, upto: int) -> dict[str, int | None]:
-        """order id -> the partition value the index names for it at `upto` (absent: in no partition)."""
+    def locate(self, keys: Iterable[str], *, upto: int, hashes: np.ndarray | None = None) -> dict[str, int | None]:
+        """order id -> the partition value the index names for it at `upto` (absent: in no partition).
+        `hashes`: the keys' keyed hashes (S32, in order) when the caller has them already."""
         self.catch_up(upto)
-        by_hash = {bytes.fromhex(self.hasher(k)): k for k in keys}
-        if not by_hash:
+        keys = list(keys)
+        if not keys:
             return {}
-        hashes = sorted(by_hash)
-        queries = np.frombuffer(b"".join(hashes), dtype=HASH)
+        h = self._hash(keys) if hashes is None else np.ascontiguousarray(hashes, dtype=HASH)
+        order = np.argsort(h, kind="stable")
+        names = [keys[i] for i in order.tolist()]
+        queries = np.ascontiguousarray(h[order])
         for attempt in range(5):
             try:
-                return self._locate(by_hash, hashes, queries, upto)
+                return self._locate(names, queries, upto)
             except FileNotFoundError:  # a compaction deleted a file we listed: list again
                 if attempt == 4:
                     raise
         raise AssertionError("unreachable")
 
-    def _locate(self, by_hash: dict[bytes, str], hashes: list[bytes], queries: np.ndarray,
-                upto: int) -> dict[str, int | None]:
+    def _locate(self, names: list[str], queries: np.ndarray, upto: int) -> dict[str, int | None]:
+        """`names[i]` is the key whose hash is `queries[i]` (sorted)."""
         view = self._view(self._files(), upto)
         if view is None:  # no base: a layout this version does not read
             self.rebuild(upto)
             view = self._view(self._files(), upto)
             assert view is not None
         out: dict[str, int | None] = {}
-        pending = np.arange(len(hashes))
+        pending = np.arange(len(names))
         for f in view:
             if not len(pending):
                 break
@@ -429,7 +446,7 @@ class KeyIndex:
                 hit, days = _find(run, queries[part])
                 for i, d in zip(part[hit].tolist(), days.tolist(), strict=True):
                     if d != GONE:
-                        out[by_hash[hashes[i]]] = _day_out(d)
+                        out[names[i]] = _day_out(d)
                 found[lo:lo + len(part)] = hit
                 if mapped is not None:  # the pages this chunk touched leave our resident set (a large
                     mapped.madvise(mmap.MADV_DONTNEED)  # batch would otherwise map in most of the base)

@@ -16,9 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 BUCKET_COLUMN = "__bucket"  # added in memory only, dropped before a file is written
+HASH_COLUMN = "__hash"  # the keyed hash of the key (32 bytes), in memory only
 _TAG = re.compile(r"^part-b(\d{2,})of(\d{2,})-")
 
 HASH_CHUNK = 100_000
@@ -44,9 +47,47 @@ def bucket_of_hash(h: str, buckets: int) -> int:
     return int(h[-8:], 16) % buckets
 
 
+def digests(keys: list[str], hasher: Hasher) -> bytes:
+    """The 32-byte keyed hash of each key, concatenated in order. A hasher bound to an object with a bulk
+    `subject_digests` (the erasure ledger) hashes in one tight loop; any other is called per key."""
+    bulk = getattr(getattr(hasher, "__self__", None), "subject_digests", None)
+    if bulk is not None:
+        return bytes(bulk(keys))
+    return b"".join(bytes.fromhex(hasher(k)) for k in keys)
+
+
+def buckets_of_digests(raw: bytes, buckets: int) -> np.ndarray:
+    """The bucket of each 32-byte hash in `raw` (int32): its last 4 bytes, big-endian, mod `buckets`
+    (the same as `bucket_of_hash` on its hex form)."""
+    tail = np.frombuffer(raw, dtype=">u4").reshape(-1, 8)[:, 7]
+    return (tail % buckets).astype(np.int32)
+
+
 def bucket_of_keys(keys: Iterable[str], buckets: int, hasher: Hasher) -> list[int]:
     """Bucket of each key (in order)."""
-    return [int(hasher(k)[-8:], 16) % buckets for k in keys]
+    return [int(b) for b in buckets_of_digests(digests(list(keys), hasher), buckets)]
+
+
+def keyed(keys: pl.Series, buckets: int, hasher: Hasher) -> pl.DataFrame:
+    """Distinct `keys` with their keyed hash (HASH_COLUMN, 32 bytes) and bucket (BUCKET_COLUMN): each key
+    hashed once, a chunk of Python strings at a time."""
+    keys = keys.unique()
+    raw: list[bytes] = []
+    for start in range(0, len(keys), HASH_CHUNK):
+        raw.append(digests(keys.slice(start, HASH_CHUNK).to_list(), hasher))
+    joined = b"".join(raw)
+    hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), len(keys), [None, pa.py_buffer(joined)])
+    return pl.DataFrame({keys.name: keys,
+                         HASH_COLUMN: pl.Series(HASH_COLUMN, hashes.cast(pa.binary()), dtype=pl.Binary),
+                         BUCKET_COLUMN: pl.Series(BUCKET_COLUMN, buckets_of_digests(joined, buckets))})
+
+
+def hash_array(hashes: pl.Series) -> np.ndarray:
+    """A HASH_COLUMN series as a numpy array of 32-byte items (S32), without a per-row Python object."""
+    arr = hashes.to_arrow().cast(pa.binary(32))
+    if not len(arr):
+        return np.zeros(0, dtype="S32")
+    return np.frombuffer(arr.buffers()[1], dtype="S32", count=len(arr), offset=32 * arr.offset)
 
 
 def with_buckets(frame: pl.DataFrame, key: str, buckets: int, hasher: Hasher) -> pl.DataFrame:
@@ -55,10 +96,5 @@ def with_buckets(frame: pl.DataFrame, key: str, buckets: int, hasher: Hasher) ->
         return frame
     if frame.height == 0:
         return frame.with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))
-    keys = frame[key].unique()
-    out: list[pl.Series] = []
-    for start in range(0, len(keys), HASH_CHUNK):  # a chunk of Python strings at a time, not the whole batch
-        chunk = keys.slice(start, HASH_CHUNK).to_list()
-        out.append(pl.Series(bucket_of_keys(chunk, buckets, hasher), dtype=pl.Int32))
-    mapping = pl.DataFrame({key: keys, BUCKET_COLUMN: pl.concat(out)})
+    mapping = keyed(frame[key], buckets, hasher).drop(HASH_COLUMN)
     return frame.join(mapping, on=key, how="left", maintain_order="left")

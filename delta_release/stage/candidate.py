@@ -8,11 +8,13 @@ checks and what the commit's metadata keeps. Subject ids are never part of the e
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from .buckets import BUCKET_COLUMN, Hasher, tag, with_buckets
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROWS_PER_FILE = 1_000_000
 ROW_GROUP_ROWS = 8_192
+STAGE_THREADS = 4  # files of one group staged at once (encode, sha256, fsync release the GIL)
 # Columns whose min/max go into the Delta log. Key columns (subject ids) never do.
 STATS_COLUMNS = ("position", "amount_cents", "currency", "ts_ms", "reading", "sensor_id")
 
@@ -157,7 +160,9 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
     fails, the files written here are removed before the error propagates."""
     candidate_id = uuid.uuid4().hex[:20]
     files: list[FileEvidence] = []
+    jobs: list[Future[FileEvidence]] = []
     groups = partitions.items() if isinstance(partitions, Mapping) else partitions
+    pool = ThreadPoolExecutor(max_workers=STAGE_THREADS, thread_name_prefix="stage")
     try:
         for value, frame in groups:
             pieces: list[tuple[str | None, pa.Table]]
@@ -173,18 +178,37 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
             else:
                 rows = frame.drop(partition_column, BUCKET_COLUMN, strict=False)
                 pieces = [(None, rows.to_arrow().cast(file_schema))]
+            # The group's files are encoded, hashed and written (fsync) on threads (all release the GIL);
+            # the next group starts when they are done, so one group is in memory at a time.
+            # The candidate's very first file is staged alone (the crash point after it sees exactly one).
+            jobs = []
             for bucket, data in pieces:
                 for start in range(0, data.num_rows, ROWS_PER_FILE):
                     name = f"part-{bucket}-{candidate_id}" if bucket else f"part-{candidate_id}"
-                    rel = f"{partition_dir(partition_column, value)}/{name}-{len(files):04d}.parquet"
-                    files.append(stage_file(storage, rel_path=rel, table=data.slice(start, ROWS_PER_FILE),
+                    rel = f"{partition_dir(partition_column, value)}/{name}-{len(files) + len(jobs):04d}.parquet"
+                    job = functools.partial(stage_file, storage, rel_path=rel, table=data.slice(start, ROWS_PER_FILE),
                                             partition={partition_column: value}, key=key, now_ms=now_ms,
-                                            bucket=bucket))
-                    if len(files) == 1:
+                                            bucket=bucket)
+                    if files:
+                        jobs.append(pool.submit(job))
+                    else:
+                        files.append(job())
                         crash_point("stage.after_first_file")
+            for future in jobs:
+                files.append(future.result())
+            jobs = []
     except BaseException:
+        for future in jobs:  # the group's other files: wait for them, then remove what they wrote
+            try:
+                staged = future.result()
+            except BaseException:  # noqa: BLE001,S112 - the first error is the one raised
+                continue
+            if staged not in files:
+                files.append(staged)
         for f in files:
             storage.delete(f.path)
         raise
+    finally:
+        pool.shutdown(wait=True)
     return Candidate(candidate_id=candidate_id, table=table, parent=parent, batch_ids=batch_ids,
                      files=files, removes=removes)
