@@ -43,6 +43,9 @@ def history_frame(i: int, day: int, rows: int) -> Any:
 def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict[str, Any]:
     """Commit versions 1..max(checkpoints); copy the lake at each checkpoint.
 
+    Version 1 writes every one of `days` days, so the table has its full size at every checkpoint and the
+    checkpoints differ only in history (table size is row (b)'s measure, not this one's).
+
     Each version is the writer's own steps: `stage` (the plan's files written and gated, the evidence
     record), one strict commit with that evidence on the parent, `publish`, and the writer's index
     bookkeeping where the package has it (`record_indexes`). What it skips is the per-commit re-reading of
@@ -69,12 +72,13 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
     commit_s: dict[int, float] = {}
 
     class HistoryCommit(Plan):
-        def __init__(self, day: int, frame: Any, batch_id: str, removes: list[Any]) -> None:
-            self.day, self.frame, self.batch_id, self.removes = day, frame, batch_id, removes
+        def __init__(self, partitions: dict[int, Any], batch_id: str, removes: list[Any]) -> None:
+            self.partitions, self.batch_id, self.removes = partitions, batch_id, removes
 
         def build(self, c: Any, parent: int) -> Any:
-            return Change(operation="ingest", partitions={self.day: self.frame}, removes=self.removes,
-                          batch_ids=[self.batch_id], details={"changed_keys": rows})
+            return Change(operation="ingest", partitions=self.partitions, removes=self.removes,
+                          batch_ids=[self.batch_id],
+                          details={"changed_keys": sum(f.height for f in self.partitions.values())})
 
     version = int(handle.version())
     t_start = time.perf_counter()
@@ -83,12 +87,16 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
         while version < target - 1 or (version < target and target == 1):
             i += 1
             day = i % days
-            frame = history_frame(i, day, rows)
-            data = frame.write_ndjson().encode()
+            if version == 0:  # version 1 holds every day: later versions differ in history, not table size
+                partitions = {d: history_frame(d - days, d, rows) for d in range(days)}  # positions below v2's
+            else:
+                partitions = {day: history_frame(i, day, rows)}
+            data = b"".join(f.write_ndjson().encode() for f in partitions.values())
             batch_id = batch_id_of(data)
             t0 = time.perf_counter()
-            lake.raw.put(data, extracted=rows, schema_versions=[3], received=lake.clock.now())
-            staged = writer.stage(ctx, HistoryCommit(day, frame, batch_id, by_day.get(str(day), [])), version)
+            lake.raw.put(data, extracted=rows * len(partitions), schema_versions=[3], received=lake.clock.now())
+            removes = [e for d in partitions for e in by_day.get(str(d), [])]
+            staged = writer.stage(ctx, HistoryCommit(partitions, batch_id, removes), version)
             actions: list[Any] = [AddAction(path=a.path, size=a.size, partition_values=a.partition_values,
                                             modification_time=a.modification_time, data_change=True, stats=a.stats)
                                   for a in staged.adds]
@@ -111,8 +119,10 @@ def build(lake_path: Path, checkpoints: list[int], days: int, rows: int) -> dict
             # every file the version added (one per bucket the day's rows fall in) is what the next
             # rewrite of the day removes: remembering only the first one left 7 of 8 bucket files live, so
             # the table's file count (and its duplicate rows) grew with the version count
-            by_day[str(day)] = [_delta.FileEntry(path=a.path, size=a.size, partition_values=a.partition_values,
-                                                 num_records=None) for a in staged.adds]
+            for d in partitions:
+                by_day[str(d)] = [_delta.FileEntry(path=a.path, size=a.size, partition_values=a.partition_values,
+                                                   num_records=None) for a in staged.adds
+                                  if str(a.partition_values.get(ctx.table.partition)) == str(d)]
             if version % 250 == 0:
                 commit_s[version] = round(time.perf_counter() - t0, 4)
                 print(f"  history v{version} {commit_s[version]:.3f}s", file=sys.stderr, flush=True)

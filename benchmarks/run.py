@@ -367,7 +367,7 @@ def bench_versions(scale: Scale, skip: set[str]) -> dict[str, Any]:
     root = data_dir(scale) / "versions"
     lake = root / "lake"
     params = {"checkpoints": cps, "days": scale.version_days, "rows": scale.version_rows_per_day,
-              "layout": layout_fingerprint(), "format": 2}  # 2: a day's rewrite removes all its bucket files
+              "layout": layout_fingerprint(), "format": 3}  # 2: rewrites remove all bucket files; 3: v1 = all days
     stamp, lock = root / ".built.json", root / ".building"
     build: dict[str, Any] = {}
     partial = False
