@@ -60,6 +60,8 @@ _HANDLES: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[DeltaTable, tuple[
 
 
 def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int, int] | None:
+    """(modification time, size) of the log entry of `version`, or None when it does not exist: one stat
+    (a HEAD on S3), not a listing of `_delta_log`."""
     from .storage import Storage
 
     storage = Storage(uri, options)
@@ -70,15 +72,12 @@ def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int,
 
 
 def _commit_exists(uri: str, options: dict[str, str], version: int) -> bool:
-    """Whether the log entry of `version` exists: one stat (a HEAD on S3), not a listing of `_delta_log`.
+    """Whether the log entry of `version` exists.
 
     Delta versions are contiguous, so a handle at V is the newest exactly when V + 1 has no entry. delta-rs
     finds the newest version by listing `_delta_log` from V, and on a local disk object_store reads (and
     stats) every entry of the folder to do so: 0.4 ms at 10 versions, 13 ms at 5,000, on every call."""
-    from .storage import Storage
-
-    storage = Storage(uri, options)
-    return storage.fs.get_file_info(storage.full_path(f"_delta_log/{version:020d}.json")).size is not None
+    return _log_identity(uri, options, version) is not None
 
 
 def _remember(key: tuple[str, tuple[tuple[str, str], ...]], uri: str, options: dict[str, str],

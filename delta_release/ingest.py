@@ -21,7 +21,6 @@ from .contract.source import BytesBatch, FileBatch, as_batch
 from .errors import ReconciliationError
 from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
 from .faults import crash_point
-from .stage.buckets import digests
 from .tables import DEFAULT_TABLE
 
 
@@ -81,7 +80,7 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
         return decoded.events, []
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
     keys = decoded.events[key].unique().to_list()
-    raw, erased_raw = digests(keys, lake.erasures.subject_key), {bytes.fromhex(s) for s in erased if len(s) == 64}
+    raw, erased_raw = lake.erasures.subject_digests(keys), {bytes.fromhex(s) for s in erased if len(s) == 64}
     blocked = [k for i, k in enumerate(keys) if raw[32 * i:32 * i + 32] in erased_raw]
     if not blocked:
         return decoded.events, []

@@ -91,35 +91,29 @@ class ErasureLedger:
     def subject_key(self, subject_id: str) -> str:
         """HMAC-SHA256 of the id under the lake secret, hex (equal to `hmac.new(key, id, sha256)`). The
         padded key states are computed once: a bucket split or an index rebuild hashes millions of ids,
-        and `hmac.new` per id costs 2.7x as much. One ingest hashes each key of its batch three times
-        (its bucket, the key-index lookup, the index record), so recent results are kept in memory
-        (bounded: cleared when full)."""
+        and `hmac.new` per id costs 2.7x as much. Recent results are kept in memory for the per-id callers
+        (bounded: cleared when full); the bulk paths use `subject_digests`."""
         known = self._memo.get(subject_id)
         if known is not None:
             return known
-        inner = self._inner.copy()
-        inner.update(subject_id.encode("utf-8"))
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        digest = str(outer.hexdigest())
+        digest = self._digest(subject_id).hex()
         if len(self._memo) >= MEMO_MAX:
             self._memo.clear()
         self._memo[subject_id] = digest
         return digest
 
     def subject_digests(self, subject_ids: Iterable[str]) -> bytes:
-        """The raw 32-byte HMAC-SHA256 of each id, concatenated in order: `bytes.fromhex(subject_key(id))`
-        for each, in one tight loop (no hex, no memo). The bulk paths (a batch's buckets, key-index
-        lookups, records and rebuilds) hash each distinct key once with it."""
-        icopy, ocopy = self._inner.copy, self._outer.copy
-        out = []
-        for subject_id in subject_ids:
-            inner = icopy()
-            inner.update(subject_id.encode("utf-8"))
-            outer = ocopy()
-            outer.update(inner.digest())
-            out.append(outer.digest())
-        return b"".join(out)
+        """The raw 32-byte HMAC-SHA256 of each id, concatenated in order (`bytes.fromhex(subject_key(id))`
+        for each, without hex or memo). The bulk paths (a batch's buckets, key-index lookups, records and
+        rebuilds, the erasure filter) hash each distinct key once with it."""
+        return b"".join(map(self._digest, subject_ids))
+
+    def _digest(self, subject_id: str) -> bytes:
+        inner = self._inner.copy()
+        inner.update(subject_id.encode("utf-8"))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
     def _path(self, subject: str) -> str:
         return f"{SUBJECTS_PREFIX}/{subject}.json"
