@@ -130,3 +130,44 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
     assert result["decision"] == "ship", result
     assert Path(result["packet"]).is_file()
     assert Path(result["packet"]).is_relative_to(cwd / "packets")
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    """The wheel's tests run with the shared interpreter, which has every extra installed, so an import of
+    a package that only a dev or interop extra pulls in (numpy, once) passes them and fails for a user's
+    `pip install`. A module-level import of the package must be the standard library, the package itself,
+    or a module of a distribution in `[project] dependencies`; an import inside a function (an optional
+    feature that checks for it, e.g. the duckdb delta extension) may also come from an extra."""
+    import ast
+    import importlib.metadata as md
+    import re
+    import tomllib
+
+    def names(specs: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in specs}
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = names(project["dependencies"])
+    extras = declared | names([d for group in project.get("optional-dependencies", {}).values() for d in group])
+    owners = md.packages_distributions()
+
+    def imported(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name.split(".")[0] for a in node.names]
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            return [node.module.split(".")[0]]
+        return []
+
+    undeclared: dict[str, str] = {}
+    for path in sorted((REPO / "delta_release").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        top_level = {id(n) for stmt in tree.body for n in ast.walk(stmt)
+                     if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        for node in ast.walk(tree):
+            for top in imported(node):
+                if top in sys.stdlib_module_names or top == "delta_release":
+                    continue
+                dists = {d.lower().replace("_", "-") for d in owners.get(top, [top])}
+                if not dists & (declared if id(node) in top_level else extras):
+                    undeclared.setdefault(top, str(path.relative_to(REPO)))
+    assert undeclared == {}, f"imported but not in [project] dependencies: {undeclared}"
