@@ -16,7 +16,6 @@ batch's keys are read and rewritten, a partition at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -26,7 +25,7 @@ import pyarrow.dataset as ds
 from .. import _delta, index
 from ..context import TableContext
 from ..index.keys import DAY, NULL_DAY
-from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, bucket_of_path, hash_array, keyed, with_buckets
+from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_from
 
 READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
@@ -139,18 +138,27 @@ class _Files:
 
 
 def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry], keys: pl.DataFrame,
-                  kept: _Kept | None = None) -> pl.DataFrame:
+                  kept: _Kept | None = None, *, tag_buckets: int | None = None) -> pl.DataFrame:
     """The rows of `keys` in `files`, reading a chunk of files at a time (each file's rows kept in `kept`
-    while its budget lasts)."""
-    found = [cols.empty()]
+    while its budget lasts). With `tag_buckets` each row carries BUCKET_COLUMN: the bucket its file's name
+    carries under that count (every row of a tagged file hashes to it), null for an untagged file."""
+    found = [cols.empty() if tag_buckets is None else _tagged(cols.empty(), None)]
     for start in range(0, len(files), READ_CHUNK_FILES):
         entries = files[start:start + READ_CHUNK_FILES]
-        if kept is None or (kept.budget <= 0 and not any(e.path in kept.rows for e in entries)):
+        if tag_buckets is not None:
+            frames = [(e, kept.read(ctx, cols, e) if kept is not None else read_entry(ctx, cols, e)) for e in entries]
+            chunk = pl.concat([_tagged(cols.empty(), None),
+                               *[_tagged(f, bucket_of_path(e.path, tag_buckets)) for e, f in frames]])
+        elif kept is None or (kept.budget <= 0 and not any(e.path in kept.rows for e in entries)):
             chunk = read_entries(ctx, cols, entries)
         else:
             chunk = pl.concat([cols.empty(), *[kept.read(ctx, cols, e) for e in entries]])
         found.append(chunk.join(keys, on=cols.key, how="semi"))
     return pl.concat(found)
+
+
+def _tagged(frame: pl.DataFrame, bucket: int | None) -> pl.DataFrame:
+    return frame.with_columns(pl.lit(bucket, dtype=pl.Int32).alias(BUCKET_COLUMN))
 
 
 def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
@@ -170,17 +178,24 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
     kept = _Kept(budget=min(events.height, KEPT_MAX_ROWS))  # touched days' files: usually the ones rewritten
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") as pool:
+    distinct = events.select(key).unique()
+    if events.height >= PREFETCH_KEYS_PER_BUCKET * n:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
-        # none of k keys is ((n-1)/n)^k): their files are read while the keys are hashed (file reads
-        # release the GIL, hashing holds it). A smaller batch reads only its buckets' files, after hashing.
-        if events.height >= PREFETCH_KEYS_PER_BUCKET * n:
-            pool.submit(kept.prefetch, ctx, cols, [e for d in touched for e in files.holding(d, None, n)])
+        # none of k keys is ((n-1)/n)^k): all their files are read first, and a key found in a tagged file
+        # takes its bucket from the file's name. Only the keys found nowhere there (or in an untagged file)
+        # are hashed now, so the keyed hash (Python, about 1.3 us a key) runs on the new keys, not the batch.
+        day_files = [e for d in touched for e in files.holding(d, None, n)]
+        kept.prefetch(ctx, cols, day_files)
+        found = _rows_of_keys(ctx, cols, day_files, distinct, kept, tag_buckets=n)
+        known = found.select(key, BUCKET_COLUMN).filter(pl.col(BUCKET_COLUMN).is_not_null())
+        keys = pl.concat([keyed(distinct.join(known, on=key, how="anti")[key], n, hasher),
+                          known.select(key, pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN), BUCKET_COLUMN)])
+        found = found.drop(BUCKET_COLUMN)
+    else:  # a small batch: its keys' buckets first, then only those buckets' files
         keys = keyed(events[key], n, hasher)  # key, its keyed hash, its bucket: each key hashed once
-    wanted = set(keys[BUCKET_COLUMN].unique().to_list())
-    found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], keys.select(key),
-                          kept)
-    unresolved = keys.join(found.select(key), on=key, how="anti")
+        wanted = set(keys[BUCKET_COLUMN].unique().to_list())
+        found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], distinct, kept)
+    unresolved = keys.join(found.select(key), on=key, how="anti")  # never found: all of them hashed above
     prior = found
     if unresolved.height:
         prior = pl.concat([found, _elsewhere(ctx, parent, cols, files, unresolved, touched, n)])
@@ -201,10 +216,23 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     removes = [e for d in days for e in replaced[d]]
     new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
-    plan.hashed_locations = (hash_array(rows[HASH_COLUMN]),
-                             rows[part].fill_null(NULL_DAY).to_numpy().astype(DAY))
+    plan.hashed_locations = _moved_locations(rows, key, part, n, hasher)
     kept.rows = {p: f for p, f in kept.rows.items() if p in {e.path for e in removes}}  # the others go now
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)
+
+
+def _moved_locations(rows: pl.DataFrame, key: str, part: str, n: int, hasher: Hasher) -> tuple[Any, Any]:
+    """What the key index must learn from `rows` (the new row of each changed key): the partition of every
+    key that is new to the table or left its partition. A key that stays where the parent has it is already
+    named there by the index (found in a touched day's file, whose bucket gave it no hash): left out.
+    Keys that move without a hash yet are hashed here (few)."""
+    record = rows.filter(pl.col(HASH_COLUMN).is_not_null() | pl.col(part).ne_missing(pl.col("prior_day")))
+    missing = record.filter(pl.col(HASH_COLUMN).is_null())
+    if missing.height:
+        hashes = keyed(missing[key], n, hasher).select(key, pl.col(HASH_COLUMN).alias("__h"))
+        record = record.join(hashes, on=key, how="left").with_columns(
+            pl.coalesce(HASH_COLUMN, "__h").alias(HASH_COLUMN))
+    return hash_array(record[HASH_COLUMN]), record[part].fill_null(NULL_DAY).to_numpy().astype(DAY)
 
 
 def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, keys: pl.DataFrame,
