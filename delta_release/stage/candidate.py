@@ -35,6 +35,10 @@ ROW_GROUP_ROWS = 8_192
 STAGE_THREADS = 4  # files of one group staged at once (encode, sha256, fsync release the GIL)
 # Columns whose min/max go into the Delta log. Key columns (subject ids) never do.
 STATS_COLUMNS = ("position", "amount_cents", "currency", "ts_ms", "reading", "sensor_id")
+# Columns dictionary-encoded: the few-valued ones. A dictionary over unique values (order ids, positions,
+# amounts) only costs: on the bench's 1,700-row bucket files, all-column dictionaries took 39 ms to encode
+# 40 files into 33.7 kB each, this list 28 ms into 26.5 kB (pyarrow falls back to plain pages anyway).
+DICTIONARY_COLUMNS = ("currency", "sensor_id")
 
 
 def partition_dir(column: str, value: Any) -> str:
@@ -127,8 +131,8 @@ def footer_stats(meta: pq.FileMetaData) -> str | None:
 
 def encode_parquet(table: pa.Table) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy",
-                   write_statistics=True, use_dictionary=True)
+    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True,
+                   use_dictionary=[c for c in DICTIONARY_COLUMNS if c in table.column_names])
     return sink.getvalue()
 
 
