@@ -11,6 +11,7 @@ import pytest
 from conftest import jsonl, rm, up
 
 import delta_release as dr
+import delta_release.apply.bucketed as bucketed
 from delta_release.apply import reference_fold
 from delta_release.erasure.ledger import ErasureLedger
 
@@ -67,3 +68,36 @@ def test_found_keys_are_not_hashed_and_moves_reach_the_index(tmp_path: Path,
     third.append(up("o1", pos, amount=1, day=50))
     lake.ingest(jsonl(third))
     _check(lake, first + second + new + third)
+
+
+def test_a_large_batch_over_untagged_and_tagged_files_splits_and_folds(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-scan read of a large batch's days (apply/bucketed.py `_Kept`) hashes the rows of untagged
+    (legacy) files to split them, takes tagged files' buckets from their names, and folds like a small batch."""
+    from test_buckets import _legacy_defs, assert_tags_hold
+
+    legacy = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))
+    first = [up(f"o{i}", 1 + i, amount=i, day=47 + i % 2) for i in range(700)]
+    legacy.ingest(jsonl(first))
+    lake = dr.Lake.open(tmp_path / "lake")  # now bucketed: day 48 gets tagged files, day 47 stays legacy
+    second = [up(f"o{i}", 1000 + i, amount=5_000 + i, day=48) for i in range(1, 700, 2)]
+    lake.ingest(jsonl(second))
+    assert assert_tags_hold(lake) == 1
+    third = []
+    for i in range(560):  # both days, a legacy file and tagged ones: updates, moves, deletes, new keys; the
+        p = 3000 + i     # legacy day's rows of o560..o699 stay as they are, split into bucket files
+        if i % 5 == 0:
+            third.append(rm(f"o{i}", p, None))
+        elif i % 5 == 1:
+            third.append(up(f"o{i}", p, amount=7_000 + i, day=47))
+        else:
+            third.append(up(f"o{i}", p, amount=8_000 + i, day=47 + i % 2))
+    third += [up(f"n{i}", 5000 + i, amount=i, day=47 + i % 2) for i in range(200)]  # 760 >= 700 rows read
+    one_scan: list[bool] = []
+    real = bucketed._Kept._read_whole
+    monkeypatch.setattr(bucketed._Kept, "_read_whole",
+                        lambda self, *a: one_scan.append(real(self, *a)) or one_scan[-1])
+    lake.ingest(jsonl(third))
+    assert one_scan == [True]  # the days' files (one legacy, eight tagged) were read in one scan
+    assert assert_tags_hold(lake) == 0
+    _check(lake, first + second + third)

@@ -38,6 +38,7 @@ PREFETCH_KEYS_PER_BUCKET = 64  # events per bucket from which a batch's days' fi
 MANY_KEYS = 20_000  # unresolved keys from which listing the parent's files beats locating them
 
 Stream = Iterator[tuple[Any, pl.DataFrame]]
+PATH_COLUMN = "__path"  # in memory only: the file a kept row was read from (its lake-relative path)
 
 
 def read_entries(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry]) -> pl.DataFrame:
@@ -75,11 +76,18 @@ def read_entry(ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.
 
 class _Kept:
     """Rows of parent files the lookup of prior rows read, kept for the rewrite of the same files (so a
-    replaced file is read once), up to `budget` rows in all: memory stays bounded by the batch."""
+    replaced file is read once), up to `budget` rows in all: memory stays bounded by the batch.
+
+    A large batch's days are read in one Polars scan when they fit the budget (`whole`: the row columns,
+    BUCKET_COLUMN from each file's tag, null for an untagged file, and PATH_COLUMN): Polars reads the files
+    in parallel, and the frame is filtered a day at a time instead of one small frame per file (each
+    eager Polars operation on a 2k-row file costs more in dispatch than in work)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.rows: dict[str, pl.DataFrame] = {}
+        self.whole: pl.DataFrame | None = None
+        self.in_whole: set[str] = set()
 
     def keep(self, path: str, frame: pl.DataFrame) -> None:
         if frame.height <= self.budget:
@@ -90,12 +98,69 @@ class _Kept:
         frame = self.rows.pop(entry.path, None)
         return read_entry(ctx, cols, entry) if frame is None else frame
 
-    def prefetch(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry]) -> None:
-        """Read `entries` ahead, while the budget lasts."""
+    def prefetch(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry],
+                 buckets: int | None = None) -> None:
+        """Read `entries` ahead, while the budget lasts (with `buckets`: in one scan when they fit)."""
+        if buckets and self._read_whole(ctx, cols, entries, buckets):
+            return
         for e in entries:
             if self.budget <= 0:
                 return
             self.keep(e.path, read_entry(ctx, cols, e))
+
+    def _read_whole(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], buckets: int) -> bool:
+        counts = [e.num_records for e in entries]
+        if not entries or not ctx.storage.is_local or None in counts or sum(c or 0 for c in counts) > self.budget:
+            return False
+        part, ptype = cols.partition, cols.row_schema[cols.partition]
+        full = [str(ctx.storage.local_path(e.path)) for e in entries]
+        files = pl.DataFrame({
+            "__file": full, PATH_COLUMN: [e.path for e in entries],
+            part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
+                            dtype=pl.String).cast(ptype),
+            BUCKET_COLUMN: pl.Series([bucket_of_path(e.path, buckets) for e in entries], dtype=pl.Int32)})
+        values = [c for c in cols.row_columns if c != part]
+        self.whole = (pl.scan_parquet(full, include_file_paths="__file", hive_partitioning=False)
+                      .select(*values, "__file").join(files.lazy(), on="__file", how="left")
+                      .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
+                      .cast(cols.row_schema)  # type: ignore[arg-type]
+                      .collect())
+        self.in_whole = {e.path for e in entries}
+        self.budget -= self.whole.height
+        return True
+
+    def covers(self, entries: list[_delta.FileEntry]) -> bool:
+        return self.whole is not None and all(e.path in self.in_whole for e in entries)
+
+    def only(self, paths: set[str]) -> None:
+        """Drop the kept rows of every file but `paths` (the ones the rewrite reads)."""
+        self.rows = {p: f for p, f in self.rows.items() if p in paths}
+        if self.whole is not None:
+            self.whole = self.whole.filter(pl.col(PATH_COLUMN).is_in(pl.Series(sorted(paths), dtype=pl.String)
+                                                                     .implode()))
+            self.in_whole &= paths
+
+    def take_tagged(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], n: int,
+                    hasher: Hasher) -> pl.DataFrame:
+        """Every row of `entries` with its BUCKET_COLUMN (from the file's tag, or hashed for an untagged
+        file), read from what is kept where possible."""
+        parts = [_tagged(cols.empty(), None)]
+        inside = [e.path for e in entries if e.path in self.in_whole]
+        if inside and self.whole is not None:
+            rows = self.whole.filter(pl.col(PATH_COLUMN).is_in(pl.Series(inside, dtype=pl.String).implode()))
+            rows = rows.drop(PATH_COLUMN)
+            untagged = rows.filter(pl.col(BUCKET_COLUMN).is_null())
+            if untagged.height:
+                rows = pl.concat([rows.filter(pl.col(BUCKET_COLUMN).is_not_null()),
+                                  with_buckets(untagged.drop(BUCKET_COLUMN), cols.key, n, hasher)])
+            parts.append(rows)
+        for e in entries:
+            if e.path in self.in_whole:
+                continue
+            b = bucket_of_path(e.path, n)
+            rows = self.take(ctx, cols, e)
+            parts.append(with_buckets(rows, cols.key, n, hasher) if b is None else _tagged(rows, b))
+        return pl.concat(parts)
 
     def read(self, ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.DataFrame:
         """The file's rows: prefetched (and still kept for the rewrite), or read now and kept if they fit."""
@@ -142,6 +207,8 @@ def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry
     """The rows of `keys` in `files`, reading a chunk of files at a time (each file's rows kept in `kept`
     while its budget lasts). With `tag_buckets` each row carries BUCKET_COLUMN: the bucket its file's name
     carries under that count (every row of a tagged file hashes to it), null for an untagged file."""
+    if tag_buckets is not None and kept is not None and kept.covers(files) and kept.whole is not None:
+        return kept.whole.join(keys, on=cols.key, how="semi").drop(PATH_COLUMN)
     found = [cols.empty() if tag_buckets is None else _tagged(cols.empty(), None)]
     for start in range(0, len(files), READ_CHUNK_FILES):
         entries = files[start:start + READ_CHUNK_FILES]
@@ -185,7 +252,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
         # takes its bucket from the file's name. Only the keys found nowhere there (or in an untagged file)
         # are hashed now, so the keyed hash (Python, about 1.3 us a key) runs on the new keys, not the batch.
         day_files = [e for d in touched for e in files.holding(d, None, n)]
-        kept.prefetch(ctx, cols, day_files)
+        kept.prefetch(ctx, cols, day_files, n)
         found = _rows_of_keys(ctx, cols, day_files, distinct, kept, tag_buckets=n)
         known = found.select(key, BUCKET_COLUMN).filter(pl.col(BUCKET_COLUMN).is_not_null())
         keys = pl.concat([keyed(distinct.join(known, on=key, how="anti")[key], n, hasher),
@@ -217,7 +284,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
     plan.hashed_locations = _moved_locations(rows, key, part, n, hasher)
-    kept.rows = {p: f for p, f in kept.rows.items() if p in {e.path for e in removes}}  # the others go now
+    kept.only({e.path for e in removes})  # the others go now
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)
 
 
@@ -274,15 +341,9 @@ def _stream(ctx: TableContext, cols: Columns, days: list[Any], replaced: dict[An
     del new_rows  # the generator holds the per-day pieces only, and drops each day's once it is staged
     hasher = ctx.erasures.subject_key
     for day in days:
-        old = [cols.empty().with_columns(pl.lit(None, dtype=pl.Int32).alias(BUCKET_COLUMN))]
-        for e in replaced[day]:
-            b = bucket_of_path(e.path, n)
-            rows = read.take(ctx, cols, e)
-            old.append(with_buckets(rows, key, n, hasher) if b is None
-                       else rows.with_columns(pl.lit(b, dtype=pl.Int32).alias(BUCKET_COLUMN)))
+        kept = read.take_tagged(ctx, cols, replaced[day], n, hasher)
         new = by_day.pop((day,), None)
         winners = [f.select(key) for f in (leaving.pop((day,), None), new) if f is not None]
-        kept = pl.concat(old)
         if winners:
             kept = kept.join(pl.concat(winners), on=key, how="anti")
         content = pl.concat([kept, new.select(kept.columns).cast(kept.schema)]) if new is not None else kept
