@@ -240,12 +240,19 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     plan = ApplyPlan()
     if events.height == 0:
         return plan, [], None
-    events = dedupe_events(events, cols)
+    # Hashing 100k ids costs ~20 ms: which keys repeat is found once, for the dedupe and the fold. An exact
+    # repeat of an event repeats its key, so without repeated keys there is nothing to deduplicate.
+    several: pl.Series | None = events.select(pl.col(key).is_duplicated()).to_series()
+    if several is not None and several.any():
+        events = dedupe_events(events, cols)
+        distinct = events.select(key).unique()
+        several = None  # the fold finds them again in the deduplicated batch
+    else:
+        distinct = events.select(key)
     files = _Files(ctx, parent, cols)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
     kept = _Kept(budget=min(events.height, KEPT_MAX_ROWS))  # touched days' files: usually the ones rewritten
-    distinct = events.select(key).unique()
     if events.height >= PREFETCH_KEYS_PER_BUCKET * n:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
         # none of k keys is ((n-1)/n)^k): all their files are read first, and a key found in a tagged file
@@ -267,7 +274,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     if unresolved.height:
         prior = pl.concat([found, _elsewhere(ctx, parent, cols, files, unresolved, touched, n)])
 
-    folded = fold(events, prior, cols)
+    folded = fold(events, prior, cols, several=several)
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
         return plan, [], None

@@ -156,7 +156,8 @@ def _conflicts(bad: pl.DataFrame, cols: Columns) -> list[Conflict]:
             for line, k, p in bad.select("line", cols.key, cols.ordering).iter_rows()]
 
 
-def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> Folded:
+def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *,
+         several: pl.Series | None = None) -> Folded:
     """Fold deduplicated `events` over `prior` (the current row, tombstones included, of each of their keys
     that has one; at most one per key). Batch-sized.
 
@@ -166,7 +167,8 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> F
     Keys with several events go through the sequence fold (`fold_sequence`); both give what the sequence
     fold gives for the whole batch."""
     key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
-    several = events.select(pl.col(key).is_duplicated()).to_series()
+    if several is None:  # `several`: the caller's mask of events whose key occurs more than once
+        several = events.select(pl.col(key).is_duplicated()).to_series()
     multi = events.filter(several) if several.any() else None
     single = events.filter(several.not_()) if multi is not None else events
     renamed = [pos, *cols.values, tomb, part]
