@@ -101,3 +101,22 @@ def test_a_large_batch_over_untagged_and_tagged_files_splits_and_folds(tmp_path:
     assert one_scan == [True]  # the days' files (one legacy, eight tagged) were read in one scan
     assert assert_tags_hold(lake) == 0
     _check(lake, first + second + third)
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_a_large_batch_with_and_without_repeated_keys_gives_the_reference_fold(tmp_path: Path,
+                                                                               repeats: bool) -> None:
+    """Without repeated keys the plan skips the dedupe; with exact repeats and several events per key it
+    deduplicates and folds in sequence: both equal the reference fold."""
+    lake = dr.Lake.create(tmp_path / "lake")
+    first = [up(f"o{i}", 1 + i, amount=i, day=47 + i % 2) for i in range(700)]
+    lake.ingest(jsonl(first))
+    second = [up(f"o{i}", 1000 + i, amount=2 * i, day=47 + i % 3) for i in range(0, 700, 2)]
+    second += [up(f"n{i}", 2000 + i, amount=i, day=48) for i in range(300)]
+    if repeats:
+        second += second[:100]  # exact repeats
+        second += [rm(f"o{i}", 3000 + i, None) for i in range(0, 100, 4)]  # a later delete of the same keys
+        second += [up(f"n{i}", 800 + i, amount=1, day=47) for i in range(50)]  # an older upsert: loses
+    report = lake.ingest(jsonl(second))
+    assert report.accepted == len(second) and report.quarantined == 0
+    _check(lake, first + second)
