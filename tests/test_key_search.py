@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delta_release.index.keys import DAY, HASH, _find, _search
+from delta_release.index.keys import DAY, HASH, _argsort, _find, _search
 
 _hash = st.tuples(st.sampled_from([b"\x00" * 8, b"\x01" * 8, b"\x7f" + b"\x00" * 7, b"\xff" * 8]),
                   st.binary(min_size=24, max_size=24)).map(lambda t: t[0] + t[1])
@@ -37,3 +37,11 @@ def test_shared_prefixes_take_the_full_compare() -> None:
     assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist() == list(range(1, 21))
     hit = np.array([h[7]], dtype=HASH)
     assert _search(h, hit).tolist() == [7]
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), max_size=60),
+       repeat=st.integers(min_value=0, max_value=5))
+def test_argsort_equals_numpy_stable_argsort(items: list[bytes], repeat: int) -> None:
+    h = np.array(items + items[:repeat], dtype=HASH)  # repeats: equal hashes keep their order
+    assert _argsort(h).tolist() == np.argsort(h, kind="stable").tolist()

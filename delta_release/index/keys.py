@@ -130,7 +130,7 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
         return _empty()
     h = np.concatenate([r[0] for r in runs])
     day = np.concatenate([r[1] for r in runs])
-    order = np.argsort(h, kind="stable")  # equal hashes keep their newest-first order
+    order = _argsort(h)  # equal hashes keep their newest-first order
     h, day = h[order], day[order]
     keep = np.ones(len(h), dtype=bool)
     keep[1:] = h[1:] != h[:-1]
@@ -139,6 +139,18 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
         alive = day != GONE
         h, day = h[alive], day[alive]
     return np.ascontiguousarray(h), np.ascontiguousarray(day)
+
+
+def _argsort(h: np.ndarray) -> np.ndarray:
+    """`np.argsort(h, kind="stable")`: by 8-byte prefixes as integers when they are all distinct (then they
+    decide the order; numpy sorts S32 items through a generic compare, several times slower), else (equal
+    hashes to merge, or a shared prefix) the full stable sort."""
+    p = _prefix(h)
+    order = np.argsort(p, kind="stable")
+    ranked = p[order]
+    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
+        return np.argsort(h, kind="stable")
+    return order
 
 
 def _fold(base: Run, change: Run) -> Run:
