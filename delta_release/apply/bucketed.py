@@ -317,7 +317,7 @@ def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, key
     if keys.height >= MANY_KEYS:  # a backfill: when every file of the parent is in the touched days (an
         # empty table, a year backfilled), no key lives elsewhere; the file list is cheaper than hashing them
         in_touched = sum(len(files.by_day.get(d, [])) for d in touched)
-        if len(_delta.file_entries(ctx.uri, ctx.storage_options, parent)) == in_touched:
+        if _delta.file_count(ctx.uri, ctx.storage_options, parent) == in_touched:
             return cols.empty()
     keys_index = index.key_index(ctx)
     if keys_index is None:
