@@ -190,7 +190,8 @@ def ingest_batch(lake: LakeContext, data: bytes | FileBatch | BytesBatch, *, rep
     the run's ship decision, and crash recovery will not publish it either."""
     batch = as_batch(data)  # a file batch was decoded while streaming (contract/source.py)
     decoded, batch_id = batch.decoded, batch.batch_id
-    raw = RawCopy(batch, lake.raw, received=lake.clock.now())  # on a thread; the plan waits before staging
+    raw = RawCopy(batch, lake.raw, received=lake.clock.now(),  # a large batch's on a thread (raw/background.py)
+                  size=batch.size if isinstance(batch, FileBatch) else len(batch.data))
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)

@@ -6,6 +6,10 @@ overlap. The plan waits for the copy (`kept`) once it has decided what to write 
 staged, so every guarantee of the sequential order holds: the raw batch is kept before any file of the
 candidate exists, a copy that fails (the file changed under us, a full disk) ends the ingest before
 staging, and the crash point `ingest.after_raw` still sees the raw batch kept and nothing staged.
+
+A batch under THREAD_MIN_BYTES is copied at once, before the plan, as it always was: its copy is a few
+milliseconds, and a writer killed during it then leaves only the raw temp file (the plan writes index
+and catalog temp files of its own, all swept by the next writer, but the crash drills show one).
 """
 
 from __future__ import annotations
@@ -23,12 +27,21 @@ class _Storable(Protocol):
     def store(self, raw: Any, *, received: datetime) -> Any: ...
 
 
-class RawCopy:
-    """`batch.store(raw, received=...)` started on a thread; `kept()` waits for it (raising its error)."""
+THREAD_MIN_BYTES = 4 << 20
 
-    def __init__(self, batch: _Storable, raw: Any, *, received: datetime) -> None:
+
+class RawCopy:
+    """`batch.store(raw, received=...)` started on a thread (a batch of THREAD_MIN_BYTES or more; a smaller
+    one is stored here and now); `kept()` waits for it (raising its error)."""
+
+    def __init__(self, batch: _Storable, raw: Any, *, received: datetime, size: int) -> None:
         self._done: Future[Any] = Future()
         self._waited = False
+        self._thread: threading.Thread | None = None
+        if size < THREAD_MIN_BYTES:
+            self._done.set_result(batch.store(raw, received=received))
+            self.kept()
+            return
 
         def run() -> None:
             try:
@@ -51,6 +64,7 @@ class RawCopy:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._thread.join()  # never leave the copy running past the ingest, whatever happened
+        if self._thread is not None:
+            self._thread.join()  # never leave the copy running past the ingest, whatever happened
         if kind is None:
             self.kept()  # a write that never built a plan still keeps its raw batch (and reports its error)
