@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _delta
 from ..clock import iso
+from ..index.files import history_growth
 
 if TYPE_CHECKING:
     from ..lake import Lake
@@ -140,10 +141,9 @@ def cost(lake: Lake, config: ReleaseConfig, version: int) -> dict[str, Any]:
     for v in retained:
         for e in _delta.file_entries(uri, lake.options, v):
             held[e.path] = e.size
-    history = _delta.history(uri, lake.options)
-    added = sum(f["size"] for h in history for f in (h.evidence or {}).get("files", []))
-    stamps = [h.timestamp for h in history if h.timestamp]
-    days = max(1.0, (max(stamps) - min(stamps)) / 86_400_000) if stamps else 1.0
+    growth = history_growth(lake, "orders")  # running totals of the file index: no replay of every commit
+    added = growth.bytes_added
+    days = max(1.0, (growth.last_ts - growth.first_ts) / 86_400_000) if growth.last_ts else 1.0
     current = sum(e.size for e in _delta.file_entries(uri, lake.options, version))
     raw = sum(o.size for o in lake.storage.list("_raw"))
     return {
