@@ -225,3 +225,20 @@ def test_the_state_names_the_table_it_was_built_for(tmp_path: Path) -> None:
     (index_dir(lake) / "state.json").write_text(json.dumps(state))
     assert fi(lake).state() is None
     assert_equal_to_history(lake)
+
+
+def test_retained_snapshot_bytes_equal_a_read_of_every_retained_snapshot(tmp_path: Path) -> None:
+    from delta_release.release.packet import _retained_bytes
+
+    lake = build(tmp_path)
+    uri = lake.table_uri("orders")
+    v = lake.latest_version("orders")
+    assert v is not None
+    for n in (1, 2, 4, v + 1):
+        retained = range(max(0, v - n + 1), v + 1)
+        want: dict[str, int] = {}
+        for old in retained:
+            want.update({e.path: e.size for e in _delta.file_entries(uri, lake.options, old)})
+        got = _retained_bytes(uri, lake.options, retained, _delta.file_entries(uri, lake.options, v))
+        assert got == want
+    assert len(want) > len(_delta.file_entries(uri, lake.options, v))  # removes were counted
