@@ -72,8 +72,8 @@ def answers(storage: Storage, names: list[str], procs: bool, monkeypatch: pytest
     with fc.inspect(storage, names, check=check, total_bytes=1000 * len(names)) as found:
         out = list(found)
     return [(d, rows, verdict, error, None if footer is None else fc.FileFacts("", (d, rows, verdict, footer, error,
-                                                                                      None)).meta.to_dict())
-            for d, rows, verdict, footer, error, _ in out]
+                                                                                      None, size)).meta.to_dict(), size)
+            for d, rows, verdict, footer, error, _, size in out]
 
 
 @pytest.mark.parametrize("corrupt", [False, True])
@@ -97,6 +97,7 @@ def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatc
     for i in range(40):
         data = (tmp_path / names[i]).read_bytes() if (tmp_path / names[i]).exists() else None
         assert by[names[i]][0] == ("" if data is None else hashlib.sha256(data).hexdigest())
+        assert by[names[i]][5] == (None if data is None else len(data))  # the size of the bytes hashed
     assert by["h/f-000.parquet"][1:4] == (1, (True, []), None)
     assert by["h/f-005.parquet"][1:4] == (4, (True, []), None)  # the other key-value metadata: full reader
     assert by["h/f-015.parquet"][1] == 3000
@@ -106,7 +107,7 @@ def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatc
     for rel in bad:
         assert by[rel][0] and by[rel][1] is None and by[rel][3], rel
     for rel in ("h/f-013.parquet", "h/fifo.parquet", "h/dir.parquet"):
-        assert by[rel] == ("", None, None, None, None), rel
+        assert by[rel] == ("", None, None, None, None, None), rel
     if corrupt:  # the thrift decoder aborted a worker: its chunk and the later ones were inspected here
         assert "h/f-021.parquet" in done_here
     else:  # every file was inspected by the workers
