@@ -42,6 +42,11 @@ try:  # the reader under pq.ParquetFile; fall back to the public API if a pyarro
     from pyarrow._parquet import ParquetReader as _Reader
 except ImportError:  # pragma: no cover
     _Reader = None
+try:  # a ParquetSchema made directly holds its FileMetaData, and FileMetaData.schema holds it back: that
+    # cycle kept every footer's C++ metadata alive until a garbage collection (~15 us more per file)
+    from pyarrow._parquet import ParquetSchema as _ParquetSchema
+except ImportError:  # pragma: no cover
+    _ParquetSchema = None
 try:  # the thrift decoder alone (what unpickling a FileMetaData runs): worker processes only, see there
     from pyarrow._parquet import _reconstruct_filemetadata as _decode_thrift
 except ImportError:  # pragma: no cover
@@ -97,6 +102,11 @@ def _footer(data: bytes) -> pq.FileMetaData:
         reader.open(pa.py_buffer(data))
         return reader.metadata
     return pq.read_metadata(pa.BufferReader(data))  # pragma: no cover
+
+
+def _schema(meta: pq.FileMetaData) -> pq.ParquetSchema:
+    """`meta.schema` without the reference cycle (see `_ParquetSchema`)."""
+    return meta.schema if _ParquetSchema is None else _ParquetSchema(meta)
 
 
 class FooterError(ValueError):
@@ -348,7 +358,7 @@ class _WorkerFooters:
         length = _footer_span(tail, size)
         footer = tail[len(tail) - 8 - length:]  # thrift, length, magic
         meta = _decode_thrift(pa.py_buffer(footer[:-8]))
-        schema, kv = meta.schema, meta.metadata
+        schema, kv = _schema(meta), meta.metadata
         for known, known_kv, verdict in self.seen:
             if known_kv == kv and schema.equals(known):
                 return meta.num_rows, verdict, footer
@@ -379,19 +389,17 @@ def _start_worker(base: str, check: SchemaCheck | None) -> None:
 def _inspect_chunk(rels: list[str]) -> Columns:
     """In a worker process: the Answers of these files as columns, footers as bytes.
 
-    The common file (regular, smaller than a read chunk, not growing) is read inline here: one open,
-    fstat, read and close, with no function call or tuple per file; anything else goes through
-    `read_local`, which streams, and names a vanished or irregular file."""
+    Two passes over the chunk: first every read (system calls only), then every hash and footer (user
+    space only). Interleaved, each file's system calls left the footer decoder's code and data cold: the
+    decoder took ~40 us per file instead of ~10 us. The common file (regular, smaller than a read chunk,
+    not growing) is read inline: one open, fstat, read and close, with no function call or tuple per
+    file; anything else goes through `read_local`, which streams (and hashes), and names a vanished or
+    irregular file."""
     assert _JOB is not None
     base, read, footers = _JOB
-    digests: list[str] = []
-    rows: list[int | None] = []
-    verdicts: list[Verdict | None] = []
-    blobs: list[bytes | None] = []
-    errors: list[str | None] = []
-    sizes: list[int | None] = []
-    opn, fstat, rd, close, sha256, is_reg = os.open, os.fstat, os.read, os.close, hashlib.sha256, stat.S_ISREG
+    opn, fstat, rd, close, is_reg = os.open, os.fstat, os.read, os.close, stat.S_ISREG
     flags, limit = os.O_RDONLY | os.O_NONBLOCK, CHUNK_BYTES
+    got: list[bytes | tuple[str, bytes, bytes, int, bytes | None] | None] = []  # data, read()'s answer, or None
     for rel in rels:
         data = None
         try:
@@ -408,12 +416,22 @@ def _inspect_chunk(rels: list[str]) -> Columns:
                         data = None
             finally:
                 close(fd)
-        try:
-            if data is not None:
-                digest, head, tail, size = sha256(data).hexdigest(), data, data, len(data)
-            else:
-                digest, head, tail, size, _ = read(rel)
-        except NotAFile:
+        if data is None:
+            try:
+                got.append(read(rel))
+            except NotAFile:
+                got.append(None)
+        else:
+            got.append(data)
+    digests: list[str] = []
+    rows: list[int | None] = []
+    verdicts: list[Verdict | None] = []
+    blobs: list[bytes | None] = []
+    errors: list[str | None] = []
+    sizes: list[int | None] = []
+    sha256 = hashlib.sha256
+    for item in got:
+        if item is None:
             digests.append("")
             rows.append(None)
             verdicts.append(None)
@@ -421,6 +439,10 @@ def _inspect_chunk(rels: list[str]) -> Columns:
             errors.append(None)
             sizes.append(None)
             continue
+        if type(item) is bytes:
+            digest, head, tail, size = sha256(item).hexdigest(), item, item, len(item)
+        else:
+            digest, head, tail, size, _ = item
         digests.append(digest)
         sizes.append(size)
         try:
@@ -505,7 +527,7 @@ class SchemaCheck:
         self._seen: list[tuple[Any, bool]] = []
 
     def __call__(self, meta: pq.FileMetaData) -> tuple[bool, list[str]]:
-        schema = meta.schema
+        schema = _schema(meta)
         for known, ok in self._seen:
             if schema.equals(known):
                 return ok, [] if ok else schema.to_arrow_schema().names
