@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import faulthandler
+import gc
 import hashlib
 import json
 import multiprocessing as mp
@@ -29,6 +30,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from itertools import repeat
 from typing import Any
 
@@ -439,7 +441,7 @@ def _inspect_chunk(rels: list[str]) -> Columns:
             errors.append(None)
             sizes.append(None)
             continue
-        if type(item) is bytes:
+        if isinstance(item, bytes):
             digest, head, tail, size = sha256(item).hexdigest(), item, item, len(item)
         else:
             digest, head, tail, size, _ = item
@@ -569,23 +571,43 @@ def footer_stats_json(meta: pq.FileMetaData, names: list[str]) -> str | None:
                        "nullCount": nulls}, sort_keys=True)
 
 
-def local_names(storage: Storage, prefix: str) -> list[str] | None:
-    """The path of every file under `prefix` of a local store, from one `os.scandir` (entry types come
-    with the directory read: no stat per file): the names `Storage.list(prefix)` answers, without the
-    sizes (the gate takes a read file's size from its read). None when that is not certain to be the same
-    answer (a remote store; an entry that is a link, a directory or anything but a regular file), and
-    the caller lists through the storage."""
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside (restored after, if it was on). The gate allocates ~10 objects
+    per file (manifest JSON, answers, inventory) and no cycles; with 10,000 files those allocations set
+    off full collections that walk every object of the process (pyarrow, polars, deltalake loaded): ~100
+    ms at a time, a third of the parent's time at random points."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def scan_directory(storage: Storage, prefix: str) -> list[os.DirEntry[str]] | None:
+    """The entries of a local store's directory `prefix`, from one `os.scandir` (their types come with the
+    directory read: no stat per entry); [] when it does not exist; None on a remote store or when the
+    directory cannot be read (the callers then ask the storage)."""
     if not storage.is_local:
         return None
     try:
-        entries = os.scandir(storage.local_path(prefix))
+        with os.scandir(storage.local_path(prefix)) as entries:
+            return list(entries)
     except FileNotFoundError:
-        return []  # as the storage's listing: an absent prefix holds no files
+        return []
     except OSError:
         return None
-    base = prefix.rstrip("/") + "/"
-    with entries:
-        found = list(entries)
-    if not all(entry.is_file(follow_symlinks=False) for entry in found):
+
+
+def local_names(entries: list[os.DirEntry[str]] | None, prefix: str) -> list[str] | None:
+    """The path of every file under `prefix`, from its `scan_directory` entries: the names
+    `Storage.list(prefix)` answers, without the sizes (the gate takes a read file's size from its read).
+    None when that is not certain to be the same answer (no entries; an entry that is a link, a directory
+    or anything but a regular file), and the caller lists through the storage."""
+    if entries is None or not all(entry.is_file(follow_symlinks=False) for entry in entries):
         return None
-    return [base + entry.name for entry in found]
+    base = prefix.rstrip("/") + "/"
+    return [base + entry.name for entry in entries]
