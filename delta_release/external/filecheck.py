@@ -10,7 +10,12 @@ file, on every core, with the Python work per file cut to what the gate needs.
 - Where the work runs (`pool_for`): many small local files in forked worker processes (the footer reader
   holds the GIL, so threads never ran two at once), large or remote files on a thread pool (hashlib and
   the store release the GIL), a few small files in the calling thread. See `inspect`.
-- The schema is converted to Arrow once per distinct parquet schema, not once per file.
+- The schema is converted to Arrow once per distinct parquet schema, not once per file; the cache key
+  is a ParquetSchema made without FileMetaData.schema's reference cycle (`_schema`).
+- A worker answers a chunk as six lists (`Columns`), zipped back into per-file answers in the gate's
+  process; it reads the whole chunk first and decodes the footers after (`_inspect_chunk`).
+- The partition is listed by one `os.scandir` (`scan_directory`, `local_names`): names only, a read
+  file's size being the number of bytes its read hashed.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
   with row groups and column chunks fetched once (the same document as
   `stage.candidate.footer_stats`, which stays the reference).
@@ -295,8 +300,8 @@ def inspect(storage: Storage, paths: list[str], *, keep_data: bool = False,
       (`_WorkerFooters`: the same checks as here). pyarrow's footer reader holds the GIL for most of its
       ~40 us per file, so threads only added GIL hand-offs (2 threads measured slower than 1); processes
       run side by side. The work starts when this function is called, so the caller's own work (the
-      listing) overlaps it. A worker sends back only the digest, the row count, the schema verdict and
-      the footer's bytes (parsed again here only when the commit asks for the statistics). A worker that
+      listing) overlaps it. A worker sends back only the digest, the row count, the schema verdict,
+      the footer's bytes (parsed again here only when the commit asks for the statistics) and the size. A worker that
       dies (the thrift decoder's abort on corrupt bytes, killed, out of memory) costs no answer: its
       chunk and every later one are inspected in this process with pyarrow's reader.
     - remote objects (the wait for the store releases the GIL), or local files averaging
