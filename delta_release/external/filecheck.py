@@ -263,8 +263,8 @@ class Answers:
     def __init__(self, answers: Iterator[Answer], pool: ProcessPoolExecutor | None = None) -> None:
         self._facts, self._pool = answers, pool
 
-    def __iter__(self) -> Answers:
-        return self
+    def __iter__(self) -> Iterator[Answer]:
+        return self._facts  # a loop over the answers resumes the generator directly, not through __next__
 
     def __next__(self) -> Answer:
         return next(self._facts)
