@@ -187,3 +187,15 @@ def test_manifest_fast_path_accepts_and_refuses_as_the_entry_by_entry_parse(
     assert fast == parse()
     if bad is None:
         assert not isinstance(fast, str) and len(fast.files) == 12
+
+
+def test_worker_processes_stream_files_larger_than_a_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files of a read chunk or more leave the workers' inline read for the streaming reader; the answers
+    (digest, size, footer, errors) stay those of the gate's own process."""
+    names = hour(tmp_path, corrupt=False)
+    monkeypatch.setattr(fc, "CHUNK_BYTES", 700)  # most files now span several reads
+    storage = Storage(str(tmp_path))
+    here = answers(storage, names, False, monkeypatch)
+    monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)
+    assert answers(storage, names, True, monkeypatch) == here
+    assert here[15][1] == 3000 and here[15][5] == (tmp_path / names[15]).stat().st_size > 700
