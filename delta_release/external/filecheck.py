@@ -387,6 +387,9 @@ def _start_worker(base: str, check: SchemaCheck | None) -> None:
     except (ValueError, OSError):  # pragma: no cover - a hard limit we may not lower
         pass
     faulthandler.disable()
+    # no cyclic GC in a worker, whatever the gate's process had: the worker makes no cycles (see `_schema`),
+    # and a collection would walk, and copy on write, every object inherited from the gate's process
+    gc.disable()
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
