@@ -277,6 +277,45 @@ def version_evidence(uri: str, options: dict[str, str], version: int) -> dict[st
     return None
 
 
+def version_record(uri: str, options: dict[str, str], version: int) -> CommitRecord | None:
+    """One commit as `history` reports it (timestamp, operation, our evidence), read from that commit's
+    log entry alone; None when the entry does not exist (not committed yet, or its log entry is gone)."""
+    from .storage import Storage
+
+    try:
+        text = Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode()
+    except (FileNotFoundError, OSError):
+        return None
+    for line in text.splitlines():
+        if '"commitInfo"' not in line:
+            continue
+        info = json.loads(line).get("commitInfo") or {}
+        raw, op = info.get(METADATA_KEY), info.get("operation")
+        return CommitRecord(version=version, timestamp=int(info.get("timestamp") or 0),
+                            operation=None if op is None else str(op),
+                            evidence=json.loads(raw) if isinstance(raw, str) else None)
+    return CommitRecord(version=version, timestamp=0, operation=None, evidence=None)
+
+
+def removed_files(uri: str, options: dict[str, str], version: int) -> list[tuple[str, int | None]] | None:
+    """(path, size) of every remove action of one commit, from its log entry alone (paths decoded as
+    `file_entries` gives them); None when the entry does not exist."""
+    from urllib.parse import unquote
+
+    from .storage import Storage
+
+    try:
+        text = Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode()
+    except (FileNotFoundError, OSError):
+        return None
+    out: list[tuple[str, int | None]] = []
+    for line in text.splitlines():
+        if '"remove"' in line and (action := json.loads(line).get("remove")):
+            size = action.get("size")
+            out.append((unquote(str(action["path"])), None if size is None else int(size)))
+    return out
+
+
 def scan_snapshot(handle: DeltaTable) -> pl.LazyFrame:
     """A LazyFrame over a snapshot from `open_snapshot` (no second log replay)."""
     return pl.scan_delta(handle)
@@ -358,5 +397,5 @@ __all__ = [
     "FileAdd", "FileEntry", "METADATA_KEY", "add_actions_table", "arrow_schema", "commit",
     "create_table", "file_entries", "file_uris", "forget_handles", "history", "is_delta_error", "latest_version",
     "open_snapshot", "partition_columns_at", "partition_entries", "query_all", "scan", "scan_snapshot",
-    "snapshot_entries", "table_configuration", "table_id", "version_evidence",
+    "snapshot_entries", "removed_files", "table_configuration", "table_id", "version_evidence", "version_record",
 ]

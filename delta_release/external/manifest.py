@@ -16,6 +16,7 @@ import io
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
@@ -25,8 +26,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import _delta
 from ..errors import InputError
+from ..index.files import recorded_sha256
 from ..stage.candidate import file_stats
 from ..storage import Storage
 from ..tables import TableDef
@@ -227,16 +228,10 @@ class GateReport:
                 "retained": self.retained, "inventory": self.inventory, "details": self.details}
 
 
-def registered_files(lake: LakeContext, table: str) -> dict[str, str | None]:
-    """Every file any version of `table` ever registered through us: path -> sha256 recorded for it."""
-    uri = lake.table_uri(table)
-    if lake.latest_version(table) is None:
-        return {}
-    out: dict[str, str | None] = {}
-    for entry in _delta.history(uri, lake.options):
-        for f in (entry.evidence or {}).get("files", []):
-            out.setdefault(f["path"], f.get("sha256"))
-    return out
+def registered_files(lake: LakeContext, table: str, paths: Iterable[str]) -> dict[str, str | None]:
+    """For each of `paths` that some version of `table` registered through us: path -> the sha256 the newest
+    such commit recorded. From the file index (index/files.py), not a replay of every commit."""
+    return recorded_sha256(lake, table, paths)
 
 
 def _check_links(storage: Storage, manifest: Manifest, paths: list[str], entries: list[os.DirEntry[str]] | None = None,
@@ -298,7 +293,7 @@ def _gate(lake: LakeContext, manifest: Manifest) -> GateReport:
         extra = sorted(listing.keys() - listed)
         if extra:
             _check_links(storage, manifest, extra)
-        known = registered_files(lake, manifest.table)
+        known = registered_files(lake, manifest.table, [*paths, *extra])
         report = GateReport(table=manifest.table, partition={manifest.column: manifest.value},
                             generation=manifest.generation, files=len(manifest.files))
         for path in extra:

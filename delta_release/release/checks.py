@@ -17,6 +17,7 @@ from .. import _delta
 from ..apply import reference_fold
 from ..contract import decode_batch
 from ..contract.decode import split_lines
+from ..index.files import recorded_sha256
 from ..tables import DEFAULT_TABLE, KeyedColumns
 from ..views import current_rows, live_rows
 
@@ -99,18 +100,16 @@ def check_reconciliation(ctx: RunContext) -> CheckResult:
                        evidence={"batches": len(ctx.reports), "mismatches": bad})
 
 
-def recorded_checksums(lake: Lake, table: str) -> dict[str, str]:
-    """path -> sha256 from the evidence of every commit of ours."""
-    out: dict[str, str] = {}
-    for entry in _delta.history(lake.table_uri(table), lake.options):
-        for f in (entry.evidence or {}).get("files", []):
-            out.setdefault(f["path"], f["sha256"])
-    return out
+def recorded_checksums(lake: Lake, table: str, paths: list[str]) -> dict[str, str]:
+    """path -> sha256 the newest commit of ours registering it recorded, for those of `paths` some commit
+    registered with a sha256 (the file index, index/files.py: no replay of every commit)."""
+    return {p: sha for p, sha in recorded_sha256(lake, table, paths).items() if sha is not None}
 
 
 def check_checksums(ctx: RunContext) -> CheckResult:
     lake = ctx.lake
-    recorded = {**recorded_checksums(lake, DEFAULT_TABLE), **ctx.recorded}
+    wanted = [e.path for e in ctx.candidate.entries if e.path not in ctx.recorded]
+    recorded = {**recorded_checksums(lake, DEFAULT_TABLE, wanted), **ctx.recorded}
     store = lake.table_storage(DEFAULT_TABLE)
     files = []
     bad = []

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _delta
 from ..clock import iso
+from ..index.files import history_growth
 
 if TYPE_CHECKING:
     from ..lake import Lake
@@ -133,18 +134,33 @@ def next_steps(packet: dict[str, Any], config: ReleaseConfig) -> list[dict[str, 
     return steps
 
 
+def _retained_bytes(uri: str, options: dict[str, str], retained: range,
+                    current: list[_delta.FileEntry]) -> dict[str, int]:
+    """path -> size of every file some version of `retained` references: the newest version's files plus
+    every file a later commit of the range removed (a removed file was in the version before its removal).
+    Reads the range's log entries, not one snapshot per version; each snapshot when a remove has no size."""
+    held = {e.path: e.size for e in current}
+    for v in range(retained.start + 1, retained.stop):
+        removed = _delta.removed_files(uri, options, v)
+        if removed is None or any(size is None for _, size in removed):
+            held = {}
+            for old in retained:
+                held.update({e.path: e.size for e in _delta.file_entries(uri, options, old)})
+            return held
+        for path, size in removed:
+            held.setdefault(path, int(size or 0))
+    return held
+
+
 def cost(lake: Lake, config: ReleaseConfig, version: int) -> dict[str, Any]:
     uri = lake.table_uri("orders")
     retained = range(max(0, version - config.retained_snapshots + 1), version + 1)
-    held: dict[str, int] = {}
-    for v in retained:
-        for e in _delta.file_entries(uri, lake.options, v):
-            held[e.path] = e.size
-    history = _delta.history(uri, lake.options)
-    added = sum(f["size"] for h in history for f in (h.evidence or {}).get("files", []))
-    stamps = [h.timestamp for h in history if h.timestamp]
-    days = max(1.0, (max(stamps) - min(stamps)) / 86_400_000) if stamps else 1.0
-    current = sum(e.size for e in _delta.file_entries(uri, lake.options, version))
+    current_entries = _delta.file_entries(uri, lake.options, version)
+    held = _retained_bytes(uri, lake.options, retained, current_entries)
+    growth = history_growth(lake, "orders")  # running totals of the file index: no replay of every commit
+    added = growth.bytes_added
+    days = max(1.0, (growth.last_ts - growth.first_ts) / 86_400_000) if growth.last_ts else 1.0
+    current = sum(e.size for e in current_entries)
     raw = sum(o.size for o in lake.storage.list("_raw"))
     return {
         "retained_snapshots": len(retained),

@@ -226,9 +226,14 @@ def _discard_uploads(lake: Lake, uploaded: list[str]) -> list[str]:
     from ..external.manifest import registered_files
 
     out = []
+    by_table: dict[str, list[str]] = {}
     for item in uploaded:
         table, _, path = item.partition(":")
-        if path not in registered_files(lake, table):
+        by_table.setdefault(table, []).append(path)
+    known = {t: registered_files(lake, t, paths) for t, paths in by_table.items()}
+    for item in uploaded:
+        table, _, path = item.partition(":")
+        if path not in known[table]:
             lake.table_storage(table).delete(path)
             out.append(item)
     return out
