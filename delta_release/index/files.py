@@ -389,7 +389,7 @@ class FileIndex:
         view = self._view(self._files())
         if view is None:
             raise FileNotFoundError("file index: no base")
-        queries = np.array([path_digest(p) for p in paths], dtype="S32")
+        queries: np.ndarray | None = None  # hashed at the first file with rows: an empty index hashes nothing
         best = np.full(len(paths), -1, dtype="<i8")
         sha = np.zeros(len(paths), dtype="S32")
         size = np.zeros(len(paths), dtype="<i8")
@@ -401,6 +401,8 @@ class FileIndex:
                 raise
             if not len(h):
                 continue
+            if queries is None:
+                queries = np.array([path_digest(p) for p in paths], dtype="S32")
             idx = np.searchsorted(h, queries)
             inside = idx < len(h)
             hit = np.zeros(len(paths), dtype=bool)
