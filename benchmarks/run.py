@@ -602,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_const", const="small", dest="scale", help="same as --scale small")
     ap.add_argument("--merge", action="store_true",
                     help="keep the other sections of this scale's last results.json (each section says which "
-                         "run it comes from)")
+                         "run it comes from); implied by --only")
     ap.add_argument("--large", action="store_true",
                     help="add the large cases: apply at 50M rows, the 20M-event backfill, the 2 GiB files, the "
                          "100k-file gate, pyiceberg's 300 s limit (`make bench LARGE=1`)")
@@ -636,6 +636,11 @@ def main(argv: list[str] | None = None) -> int:
 
     progress.configure(progress.wanted(False))  # a spinner per section on a terminal; silent in logs
     previous = data_dir(scale) / "results.json"
+    if args.only and not args.merge and previous.exists():
+        # a run of some sections never drops the others' results (it used to, silently: RESULTS.md then
+        # held only the sections just run); --merge says it explicitly
+        log("  --only: keeping the other sections of the last results.json (as --merge)")
+        args.merge = True
     if args.merge and previous.exists():
         kept = json.loads(previous.read_text())
         for name, sec in kept["sections"].items():
