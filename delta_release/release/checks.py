@@ -128,7 +128,7 @@ def check_checksums(ctx: RunContext) -> CheckResult:
 
 def check_pinned_query(ctx: RunContext) -> CheckResult:
     """The candidate's current rows equal an independent fold of every accepted event of its batches
-    (reference.py: O(events), frames, one read of the raw listing and of the quarantine ledger)."""
+    (reference.py: O(events), frames, one listing of the raw store, one scan of the quarantine ledger)."""
     lake = ctx.lake
     tdef = lake.table_def(DEFAULT_TABLE)
     cols = tdef.keyed()

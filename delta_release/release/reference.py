@@ -60,8 +60,7 @@ def accepted_events(lake: Lake, batch_ids: set[str], key: str) -> pl.DataFrame:
         frames.append(_decode_group(group))
     events = pl.concat(frames) if frames else pl.DataFrame(schema={**EVENT_SCHEMA, _BATCH: pl.String})
     events = _position_conflicts_dropped(events)
-    ledger = lake.quarantine.rows()  # one read of the whole ledger, not one per batch
-    ledger = ledger.filter(pl.col("batch_id").is_in(list(batch_ids))).select(
+    ledger = lake.quarantine.lines([b.batch_id for b in batches], lake.options).select(  # one scan, all batches
         pl.col("batch_id").alias(_BATCH), pl.col("line").cast(events.schema["line"]))
     if ledger.height:
         events = events.join(ledger, on=[_BATCH, "line"], how="anti", maintain_order="left")
