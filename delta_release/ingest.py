@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from .contract.source import BytesBatch, FileBatch, as_batch
 from .errors import ReconciliationError
 from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
 from .faults import crash_point
+from .raw.background import RawCopy
 from .tables import DEFAULT_TABLE
 
 
@@ -123,8 +125,9 @@ class IngestPlan(Plan):
     is read, so an erasure that made the parent stale is seen), apply, then write the quarantine."""
 
     def __init__(self, lake: LakeContext, data: FileBatch | BytesBatch, decoded: DecodedBatch, *, batch_id: str,
-                 replay: bool, report: IngestReport) -> None:
+                 replay: bool, report: IngestReport, raw_kept: Callable[[], None] = lambda: None) -> None:
         self.lake, self.data, self.decoded, self.batch_id = lake, data, decoded, batch_id
+        self.raw_kept = raw_kept  # waits for the raw copy (raw/background.py): called before anything is staged
         self.replay, self.report = replay, report
         self.apply = ApplyEvents(decoded.events, batch_ids=[batch_id], operation="replay" if replay else "ingest")
         self.blocked: list[Reject] = []
@@ -132,10 +135,13 @@ class IngestPlan(Plan):
     def build(self, ctx: TableContext, parent: int) -> Change:
         if not self.replay and _already_applied(self.lake, ctx, self.batch_id, parent):
             self.report.duplicate = True
+            self.raw_kept()
             return Change(operation=self.apply.operation)
         events, self.blocked = _erasure_filter(self.lake, self.decoded)
         self.apply.events = events
-        return self.apply.build(ctx, parent)
+        change = self.apply.build(ctx, parent)  # a stream is lazy: nothing is staged until this returns
+        self.raw_kept()
+        return change
 
     def can_rebase(self, ctx: TableContext, staged: StagedCandidate, new_parent: int) -> bool:
         """Commit the same staged files on `new_parent` when the commits in between are independent
@@ -184,13 +190,14 @@ def ingest_batch(lake: LakeContext, data: bytes | FileBatch | BytesBatch, *, rep
     the run's ship decision, and crash recovery will not publish it either."""
     batch = as_batch(data)  # a file batch was decoded while streaming (contract/source.py)
     decoded, batch_id = batch.decoded, batch.batch_id
-    batch.store(lake.raw, received=lake.clock.now())
-    crash_point("ingest.after_raw")
+    raw = RawCopy(batch, lake.raw, received=lake.clock.now(),  # a large batch's on a thread (raw/background.py)
+                  size=batch.size if isinstance(batch, FileBatch) else len(batch.data))
     report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
-    plan = IngestPlan(lake, batch, decoded, batch_id=batch_id, replay=replay, report=report)
-    result = write(lake.table(table), plan, publish_now=publish)
+    plan = IngestPlan(lake, batch, decoded, batch_id=batch_id, replay=replay, report=report, raw_kept=raw.kept)
+    with raw:
+        result = write(lake.table(table), plan, publish_now=publish)
     report.attempts = result.attempts
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is not None:

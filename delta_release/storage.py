@@ -197,25 +197,28 @@ class Storage:
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
 
-    def _write_temp(self, parent: str, data: bytes, mode: int | None = None) -> str:
-        """Write `data` durably under a fresh temporary name in `parent` (local disk); returns that name.
-        The crash point `storage.after_temp:<top-level dir>` dies with the temp file written, unrenamed."""
+    def _write_temp(self, parent: str, data: bytes, mode: int | None = None, *, durable: bool = True) -> str:
+        """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in `parent`
+        (local disk); returns that name. The crash point `storage.after_temp:<top-level dir>` dies with
+        the temp file written, unrenamed."""
         tmp = f"{parent}/{temp_name()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write (or replace) a small file; on local disk through a temporary name and a rename."""
+    def write_bytes(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+        """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
+        first unless durable=False: for a file whose loss or emptiness after a power cut is harmless)."""
         full = self._full(rel)
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            os.replace(self._write_temp(parent, data), full)
+            os.replace(self._write_temp(parent, data, durable=durable), full)
         else:
             with self.fs.open_output_stream(full) as out:
                 out.write(data)

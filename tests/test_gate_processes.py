@@ -72,8 +72,8 @@ def answers(storage: Storage, names: list[str], procs: bool, monkeypatch: pytest
     with fc.inspect(storage, names, check=check, total_bytes=1000 * len(names)) as found:
         out = list(found)
     return [(d, rows, verdict, error, None if footer is None else fc.FileFacts("", (d, rows, verdict, footer, error,
-                                                                                      None)).meta.to_dict())
-            for d, rows, verdict, footer, error, _ in out]
+                                                                                      None, size)).meta.to_dict(), size)
+            for d, rows, verdict, footer, error, _, size in out]
 
 
 @pytest.mark.parametrize("corrupt", [False, True])
@@ -97,6 +97,7 @@ def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatc
     for i in range(40):
         data = (tmp_path / names[i]).read_bytes() if (tmp_path / names[i]).exists() else None
         assert by[names[i]][0] == ("" if data is None else hashlib.sha256(data).hexdigest())
+        assert by[names[i]][5] == (None if data is None else len(data))  # the size of the bytes hashed
     assert by["h/f-000.parquet"][1:4] == (1, (True, []), None)
     assert by["h/f-005.parquet"][1:4] == (4, (True, []), None)  # the other key-value metadata: full reader
     assert by["h/f-015.parquet"][1] == 3000
@@ -106,7 +107,7 @@ def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatc
     for rel in bad:
         assert by[rel][0] and by[rel][1] is None and by[rel][3], rel
     for rel in ("h/f-013.parquet", "h/fifo.parquet", "h/dir.parquet"):
-        assert by[rel] == ("", None, None, None, None), rel
+        assert by[rel] == ("", None, None, None, None, None), rel
     if corrupt:  # the thrift decoder aborted a worker: its chunk and the later ones were inspected here
         assert "h/f-021.parquet" in done_here
     else:  # every file was inspected by the workers
@@ -186,3 +187,15 @@ def test_manifest_fast_path_accepts_and_refuses_as_the_entry_by_entry_parse(
     assert fast == parse()
     if bad is None:
         assert not isinstance(fast, str) and len(fast.files) == 12
+
+
+def test_worker_processes_stream_files_larger_than_a_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files of a read chunk or more leave the workers' inline read for the streaming reader; the answers
+    (digest, size, footer, errors) stay those of the gate's own process."""
+    names = hour(tmp_path, corrupt=False)
+    monkeypatch.setattr(fc, "CHUNK_BYTES", 700)  # most files now span several reads
+    storage = Storage(str(tmp_path))
+    here = answers(storage, names, False, monkeypatch)
+    monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)
+    assert answers(storage, names, True, monkeypatch) == here
+    assert here[15][1] == 3000 and here[15][5] == (tmp_path / names[15]).stat().st_size > 700

@@ -156,7 +156,7 @@ def _conflicts(bad: pl.DataFrame, cols: Columns) -> list[Conflict]:
             for line, k, p in bad.select("line", cols.key, cols.ordering).iter_rows()]
 
 
-def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> Folded:
+def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, unique_keys: bool = False) -> Folded:
     """Fold deduplicated `events` over `prior` (the current row, tombstones included, of each of their keys
     that has one; at most one per key). Batch-sized.
 
@@ -166,9 +166,12 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> F
     Keys with several events go through the sequence fold (`fold_sequence`); both give what the sequence
     fold gives for the whole batch."""
     key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
-    several = events.select(pl.col(key).is_duplicated()).to_series()
-    multi = events.filter(several) if several.any() else None
-    single = events.filter(several.not_()) if multi is not None else events
+    multi: pl.DataFrame | None = None
+    single = events
+    if not unique_keys:  # unique_keys: the caller knows that no key has two events in `events`
+        several = events.select(pl.col(key).is_duplicated()).to_series()
+        if several.any():
+            multi, single = events.filter(several), events.filter(several.not_())
     renamed = [pos, *cols.values, tomb, part]
     joined = single.join(prior.select(key, *[pl.col(c).alias(f"{c}_prior") for c in renamed]), on=key, how="left")
     prior_pos = pl.col(f"{pos}_prior")

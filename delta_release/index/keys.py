@@ -130,7 +130,7 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
         return _empty()
     h = np.concatenate([r[0] for r in runs])
     day = np.concatenate([r[1] for r in runs])
-    order = np.argsort(h, kind="stable")  # equal hashes keep their newest-first order
+    order = _argsort(h)  # equal hashes keep their newest-first order
     h, day = h[order], day[order]
     keep = np.ones(len(h), dtype=bool)
     keep[1:] = h[1:] != h[:-1]
@@ -139,6 +139,18 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
         alive = day != GONE
         h, day = h[alive], day[alive]
     return np.ascontiguousarray(h), np.ascontiguousarray(day)
+
+
+def _argsort(h: np.ndarray) -> np.ndarray:
+    """`np.argsort(h, kind="stable")`: by 8-byte prefixes as integers when they are all distinct (then they
+    decide the order; numpy sorts S32 items through a generic compare, several times slower), else (equal
+    hashes to merge, or a shared prefix) the full stable sort."""
+    p = _prefix(h)
+    order = np.argsort(p, kind="stable")
+    ranked = p[order]
+    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
+        return np.argsort(h, kind="stable")
+    return order
 
 
 def _fold(base: Run, change: Run) -> Run:
@@ -177,12 +189,35 @@ def hashed(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=HASH)
 
 
+def _prefix(h: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each 32-byte hash as an integer (uint64, in the same order as the hashes)."""
+    return np.ascontiguousarray(h.view(np.uint8).reshape(-1, 32)[:, :8]).view(">u8").ravel().astype(np.uint64)
+
+
+def _search(h: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(h, queries)` for SORTED `queries`, wherever a query is in `h`. numpy compares S32
+    items through a generic byte-string path (about 1.4 us a query on a million hashes); here only the slice
+    of `h` between the first and the last query is searched, by 8-byte prefixes as integers (about 3x
+    faster). That position counts the hashes with a smaller prefix: it is exact unless a smaller hash shares
+    the query's prefix (odds about n / 2**64), and such a query is searched again with the full compare."""
+    lo = int(np.searchsorted(h, queries[0]))
+    hi = int(np.searchsorted(h, queries[-1], side="right"))
+    qp = _prefix(queries)
+    idx = np.searchsorted(_prefix(h[lo:hi]), qp) + lo
+    inside = np.flatnonzero(idx < len(h))
+    at = h[idx[inside]]
+    shared = inside[(_prefix(at) == qp[inside]) & (at != queries[inside])]
+    if len(shared):
+        idx[shared] = np.searchsorted(h, queries[shared])
+    return idx
+
+
 def _find(run: Run, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For sorted `queries`: which are in `run` (mask) and the partition value of each found one."""
     h, day = run
     if not len(h) or not len(queries):
         return np.zeros(len(queries), dtype=bool), np.zeros(0, dtype=DAY)
-    idx = np.searchsorted(h, queries)
+    idx = _search(h, queries)
     inside = idx < len(h)
     found = np.zeros(len(queries), dtype=bool)
     found[inside] = h[idx[inside]] == queries[inside]

@@ -1,0 +1,47 @@
+"""The key index's search by 8-byte prefixes (index/keys.py `_search`) gives numpy's positions for any
+sorted queries, also when hashes share a prefix (the case that takes the full compare)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from delta_release.index.keys import DAY, HASH, _argsort, _find, _search
+
+_hash = st.tuples(st.sampled_from([b"\x00" * 8, b"\x01" * 8, b"\x7f" + b"\x00" * 7, b"\xff" * 8]),
+                  st.binary(min_size=24, max_size=24)).map(lambda t: t[0] + t[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), unique=True, max_size=60),
+       extra=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), max_size=30),
+       take=st.integers(min_value=0, max_value=60))
+def test_search_equals_numpy_searchsorted(base: list[bytes], extra: list[bytes], take: int) -> None:
+    h = np.array(sorted(base), dtype=HASH)
+    queries = np.array(sorted(set(base[:take]) | set(extra)), dtype=HASH)
+    if not len(h) or not len(queries):
+        return
+    assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist()
+    days = np.arange(len(h), dtype=DAY)
+    found, got = _find((h, days), queries)
+    items = h.tolist()  # (numpy's S32 items drop trailing zero bytes: compare numpy's own values)
+    assert found.tolist() == [q in items for q in queries.tolist()]
+    assert got.tolist() == [items.index(q) for q in queries.tolist() if q in items]
+
+
+def test_shared_prefixes_take_the_full_compare() -> None:
+    prefix = b"\x05" * 8
+    h = np.array(sorted(prefix + bytes([i]) * 24 for i in range(0, 200, 10)), dtype=HASH)
+    queries = np.array(sorted(prefix + bytes([i]) * 24 for i in range(5, 200, 10)), dtype=HASH)  # none present
+    assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist() == list(range(1, 21))
+    hit = np.array([h[7]], dtype=HASH)
+    assert _search(h, hit).tolist() == [7]
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), max_size=60),
+       repeat=st.integers(min_value=0, max_value=5))
+def test_argsort_equals_numpy_stable_argsort(items: list[bytes], repeat: int) -> None:
+    h = np.array(items + items[:repeat], dtype=HASH)  # repeats: equal hashes keep their order
+    assert _argsort(h).tolist() == np.argsort(h, kind="stable").tolist()
