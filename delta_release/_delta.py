@@ -287,18 +287,8 @@ def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.La
 def version_evidence(uri: str, options: dict[str, str], version: int) -> dict[str, Any] | None:
     """Our evidence of one commit, read from that commit's log entry alone (None when it has none or
     the entry is gone): bounded by the commit, never a replay of the history."""
-    from .storage import Storage
-
-    try:
-        text = Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode()
-    except (FileNotFoundError, OSError):
-        return None
-    for line in text.splitlines():
-        if '"commitInfo"' not in line:
-            continue
-        raw = json.loads(line).get("commitInfo", {}).get(METADATA_KEY)
-        return json.loads(raw) if isinstance(raw, str) else None
-    return None
+    record = version_record(uri, options, version)
+    return None if record is None else record.evidence
 
 
 def version_record(uri: str, options: dict[str, str], version: int) -> CommitRecord | None:

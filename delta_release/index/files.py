@@ -44,6 +44,8 @@ import numpy as np
 
 from .. import _delta
 from ..storage import Storage
+from . import tiers
+from .tiers import BASE, TierFile
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -54,10 +56,8 @@ MAGIC = b"DRFILES1"
 HEADER = len(MAGIC) + 8
 ROW = 32 + 32 + 8 + 8
 FAN = 16
-BASE = 3
 GRACE_VERSIONS = 8
 NO_SHA = bytes(32)
-_KINDS = {"d": 0, "r1": 1, "r2": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,36 +77,6 @@ class Totals:
     bytes_added: int  # sum of the sizes every commit's evidence records (a file added twice counts twice)
     first_ts: int  # the earliest non-zero commit timestamp (ms), 0 when none
     last_ts: int  # the latest non-zero commit timestamp (ms), 0 when none
-
-
-@dataclass(frozen=True, slots=True)
-class _File:
-    path: str
-    level: int
-    first: int
-    last: int
-
-
-def _parse(path: str) -> _File | None:
-    name = path.rsplit("/", 1)[-1]
-    if not name.endswith(".fx"):
-        return None
-    kind, _, rest = name[:-3].partition("-")
-    try:
-        if kind == "b":
-            return _File(path, BASE, 0, int(rest))
-        if kind in _KINDS:
-            first, last = rest.split("-")
-            return _File(path, _KINDS[kind], int(first), int(last))
-    except ValueError:
-        return None
-    return None
-
-
-def _name(level: int, first: int, last: int) -> str:
-    if level == BASE:
-        return f"{FOLDER}/b-{last:012d}.fx"
-    return f"{FOLDER}/{('d', 'r1', 'r2')[level]}-{first:012d}-{last:012d}.fx"
 
 
 Run = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # path digest S32, sha S32, size i8, version i8
@@ -195,26 +165,6 @@ def _add_totals(totals: Totals, records: Iterable[_delta.CommitRecord], version:
     return Totals(version=version, bytes_added=added, first_ts=first, last_ts=last)
 
 
-def _chain(files: list[_File], start: int, upto: int, level: int | None = None) -> list[_File]:
-    """Files (of `level`, or any non-base level) covering start+1, start+2, ... up to `upto` without a
-    gap, each the one reaching furthest (a merged file before the files it replaced)."""
-    out: list[_File] = []
-    cur = start
-    while cur < upto:
-        best: _File | None = None
-        for f in files:
-            if f.level == BASE or (level is not None and f.level != level):
-                continue
-            if f.first <= cur + 1 and cur < f.last <= upto and (
-                    best is None or (f.last, f.level) > (best.last, best.level)):
-                best = f
-        if best is None:
-            break
-        out.append(best)
-        cur = best.last
-    return out
-
-
 class FileIndex:
     def __init__(self, index: Storage, uri: str, options: dict[str, str]) -> None:
         self.index, self.uri, self.options = index, uri, options
@@ -223,10 +173,10 @@ class FileIndex:
         self.rebuilds = 0  # whole-history rebuilds by this object
 
     # -- files ------------------------------------------------------------------------------------
-    def _files(self) -> list[_File]:
-        return [f for o in self.index.list(FOLDER, recursive=False) if (f := _parse(o.path)) is not None]
+    def _files(self) -> list[TierFile]:
+        return [f for o in self.index.list(FOLDER, recursive=False) if (f := tiers.parse(o.path, ".fx")) is not None]
 
-    def _load(self, f: _File) -> Run:
+    def _load(self, f: TierFile) -> Run:
         """The file's rows; FileNotFoundError when a merge deleted it since it was listed, CorruptIndexFile
         when it does not decode."""
         self.files_read += 1
@@ -239,7 +189,7 @@ class FileIndex:
         return _decode(self.index.read_bytes(f.path), f.path)
 
     def _write(self, level: int, first: int, last: int, run: Run) -> None:
-        self.index.write_once(_name(level, first, last), _encode(run))
+        self.index.write_once(tiers.name(FOLDER, ".fx", level, first, last), _encode(run))
 
     def state(self) -> Totals | None:
         """The totals `state.json` holds, None when missing, unreadable or written for another table."""
@@ -257,14 +207,14 @@ class FileIndex:
                "bytes_added": totals.bytes_added, "first_ts": totals.first_ts, "last_ts": totals.last_ts}
         self.index.write_bytes(STATE, json.dumps(doc, sort_keys=True).encode())
 
-    def _view(self, files: list[_File]) -> tuple[list[_File], int] | None:
+    def _view(self, files: list[TierFile]) -> tuple[list[TierFile], int] | None:
         """The files a lookup reads (the newest base, then the chain after it) and the version they reach;
         None without a base."""
         bases = [f for f in files if f.level == BASE]
         if not bases:
             return None
         base = max(bases, key=lambda b: b.last)
-        chain = _chain(files, base.last, max(f.last for f in files))
+        chain = tiers.chain(files, base.last, max(f.last for f in files))
         return [base, *chain], (chain[-1].last if chain else base.last)
 
     # -- catching up ------------------------------------------------------------------------------
@@ -313,10 +263,10 @@ class FileIndex:
         records = [r for r in _delta.history(self.uri, self.options) if r.version <= upto]
         records.sort(key=lambda r: r.version)
         run = _rows(records)
-        name = _name(BASE, 0, upto)
+        name = tiers.name(FOLDER, ".fx", BASE, 0, upto)
         if not self.index.write_once(name, _encode(run)):
             try:  # a base of that version exists: keep it if it decodes, else replace it
-                self._load(_File(name, BASE, 0, upto))
+                self._load(TierFile(name, BASE, 0, upto))
             except (CorruptIndexFile, FileNotFoundError):
                 self.index.write_bytes(name, _encode(run))
         totals = _add_totals(Totals(version=-1, bytes_added=0, first_ts=0, last_ts=0), records, upto)
@@ -342,7 +292,7 @@ class FileIndex:
             if not any(f.level == BASE for f in files):
                 return
             above = max(f.last for f in files if f.level > level)
-            units = _chain(files, above, max(f.last for f in files), level)
+            units = tiers.chain(files, above, max(f.last for f in files), level)
             if len(units) < FAN:
                 continue
             units = units[:FAN]
@@ -355,7 +305,7 @@ class FileIndex:
             files = self._files()
         self._tidy(files)
 
-    def _tidy(self, files: list[_File]) -> None:
+    def _tidy(self, files: list[TierFile]) -> None:
         latest = max((f.last for f in files), default=-1)
         for f in files:
             for g in files:
@@ -389,7 +339,7 @@ class FileIndex:
         view = self._view(self._files())
         if view is None:
             raise FileNotFoundError("file index: no base")
-        queries = np.array([path_digest(p) for p in paths], dtype="S32")
+        queries: np.ndarray | None = None  # hashed at the first file with rows: an empty index hashes nothing
         best = np.full(len(paths), -1, dtype="<i8")
         sha = np.zeros(len(paths), dtype="S32")
         size = np.zeros(len(paths), dtype="<i8")
@@ -401,6 +351,8 @@ class FileIndex:
                 raise
             if not len(h):
                 continue
+            if queries is None:
+                queries = np.array([path_digest(p) for p in paths], dtype="S32")
             idx = np.searchsorted(h, queries)
             inside = idx < len(h)
             hit = np.zeros(len(paths), dtype=bool)

@@ -44,7 +44,6 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +53,8 @@ from .. import _delta
 from ..evidence import CommitEvidence
 from ..stage.buckets import digests
 from ..storage import Storage
+from . import tiers
+from .tiers import BASE, TierFile
 from .watermark import read_watermark, write_watermark
 
 FOLDER = "keys"
@@ -66,40 +67,8 @@ NULL_DAY = -1  # the null partition (event days are >= 0)
 GONE = -2  # the order left the table (erased) at this step
 DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
-BASE = 3  # the level of a base file
 GRACE_VERSIONS = 8
 LOOKUP_CHUNK = 1024  # keys searched per step: peak memory of a lookup is bounded by this, not the base
-_KINDS = {"d": 0, "r1": 1, "r2": 2}
-
-
-@dataclass(frozen=True, slots=True)
-class _File:
-    path: str
-    level: int  # 0 deltas, 1 and 2 runs, BASE
-    first: int
-    last: int
-
-
-def _parse(path: str) -> _File | None:
-    name = path.rsplit("/", 1)[-1]
-    if not name.endswith(".kx"):
-        return None
-    kind, _, rest = name[:-3].partition("-")
-    try:
-        if kind == "b":
-            return _File(path, BASE, 0, int(rest))
-        if kind in _KINDS:
-            first, last = rest.split("-")
-            return _File(path, _KINDS[kind], int(first), int(last))
-    except ValueError:
-        return None
-    return None
-
-
-def _name(level: int, first: int, last: int) -> str:
-    if level == BASE:
-        return f"{FOLDER}/b-{last:012d}.kx"
-    return f"{FOLDER}/{('d', 'r1', 'r2')[level]}-{first:012d}-{last:012d}.kx"
 
 
 Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partition values (int32)
@@ -232,26 +201,6 @@ def _day_in(d: Any) -> int:
     return NULL_DAY if d is None else int(d)
 
 
-def _chain(files: list[_File], start: int, upto: int, level: int | None = None) -> list[_File]:
-    """Files (of `level`, or any non-base level) covering start+1, start+2, ... up to `upto` without a
-    gap, each the one reaching furthest (a merged file before the files it replaced)."""
-    out: list[_File] = []
-    cur = start
-    while cur < upto:
-        best: _File | None = None
-        for f in files:
-            if f.level == BASE or (level is not None and f.level != level):
-                continue
-            if f.first <= cur + 1 and cur < f.last <= upto and (
-                    best is None or (f.last, f.level) > (best.last, best.level)):
-                best = f
-        if best is None:
-            break
-        out.append(best)
-        cur = best.last
-    return out
-
-
 class KeyIndex:
     def __init__(self, index: Storage, table: Storage, *, uri: str, options: dict[str, str], key: str,
                  partition: str, hasher: Callable[[str], str]) -> None:
@@ -260,10 +209,10 @@ class KeyIndex:
         self.files_read = 0  # index files opened by this object (tests and benchmarks watch it)
 
     # -- files ------------------------------------------------------------------------------------
-    def _files(self) -> list[_File]:
-        return [f for o in self.index.list(FOLDER, recursive=False) if (f := _parse(o.path)) is not None]
+    def _files(self) -> list[TierFile]:
+        return [f for o in self.index.list(FOLDER, recursive=False) if (f := tiers.parse(o.path, ".kx")) is not None]
 
-    def _open(self, f: _File) -> tuple[Run, mmap.mmap | None]:
+    def _open(self, f: TierFile) -> tuple[Run, mmap.mmap | None]:
         """The file's run (and its memory map on local disk); FileNotFoundError when a compaction deleted
         it since it was listed."""
         self.files_read += 1
@@ -274,11 +223,11 @@ class KeyIndex:
             return _decode(mapped, f.path), mapped
         return _decode(self.index.read_bytes(f.path), f.path), None
 
-    def _load(self, f: _File) -> Run:
+    def _load(self, f: TierFile) -> Run:
         return self._open(f)[0]
 
     def _write(self, level: int, first: int, last: int, run: Run) -> None:
-        self.index.write_once(_name(level, first, last), _encode(run))
+        self.index.write_once(tiers.name(FOLDER, ".kx", level, first, last), _encode(run))
 
     def _watermark(self) -> int | None:
         return read_watermark(self.index, COMPLETE, self.uri, self.options)
@@ -343,7 +292,7 @@ class KeyIndex:
             if not bases:
                 return
             above = max(f.last for f in files if f.level > level)
-            units = _chain(files, above, max(f.last for f in files), level)
+            units = tiers.chain(files, above, max(f.last for f in files), level)
             fan = DELTAS_PER_RUN if level == 0 else RUNS_PER_LEVEL
             if len(units) < fan:
                 continue
@@ -358,7 +307,7 @@ class KeyIndex:
             files = self._files()
         self._tidy(files)
 
-    def _tidy(self, files: list[_File]) -> None:
+    def _tidy(self, files: list[TierFile]) -> None:
         latest = max((f.last for f in files), default=-1)
         for f in files:
             for g in files:
@@ -427,7 +376,7 @@ class KeyIndex:
             self.index.delete(path)
 
     # -- reading ----------------------------------------------------------------------------------
-    def _view(self, files: list[_File], upto: int) -> list[_File] | None:
+    def _view(self, files: list[TierFile], upto: int) -> list[TierFile] | None:
         """The files a lookup at `upto` reads, newest first (the base last); None without a base."""
         bases = [f for f in files if f.level == BASE]
         if not bases:
@@ -435,13 +384,13 @@ class KeyIndex:
         below = [b for b in bases if b.last <= upto]
         if below:
             base = max(below, key=lambda b: b.last)
-            chain = _chain(files, base.last, upto)
+            chain = tiers.chain(files, base.last, upto)
             if (chain[-1].last if chain else base.last) >= upto:
                 return [*reversed(chain), base]
         # The files for `upto` are gone (a reader far behind the writers): answer at the newest state,
         # which a stale-parent check makes safe (the writer's commit fails and is rebuilt).
         base = max(bases, key=lambda b: b.last)
-        return [*reversed(_chain(files, base.last, max(f.last for f in files))), base]
+        return [*reversed(tiers.chain(files, base.last, max(f.last for f in files))), base]
 
     def locate(self, keys: Iterable[str], *, upto: int, hashes: np.ndarray | None = None) -> dict[str, int | None]:
         """order id -> the partition value the index names for it at `upto` (absent: in no partition).

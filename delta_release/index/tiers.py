@@ -1,0 +1,64 @@
+"""The tiered file layout the key index (`.kx`) and the file index (`.fx`) share.
+
+Level 0 holds one delta file per catch-up or commit (`d-<first>-<last>`), levels 1 and 2 merged runs
+(`r1-`, `r2-`), and a base (`b-<last>`) covers versions 0..last. Names carry the versions a file covers, so a
+reader picks a gap-free chain of files from a listing alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BASE = 3  # the level of a base file
+_KINDS = {"d": 0, "r1": 1, "r2": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class TierFile:
+    path: str
+    level: int  # 0 deltas, 1 and 2 runs, BASE
+    first: int
+    last: int
+
+
+def parse(path: str, ext: str) -> TierFile | None:
+    """The file `path` names, or None when it is not an index file of this extension."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.endswith(ext):
+        return None
+    kind, _, rest = name[:-len(ext)].partition("-")
+    try:
+        if kind == "b":
+            return TierFile(path, BASE, 0, int(rest))
+        if kind in _KINDS:
+            first, last = rest.split("-")
+            return TierFile(path, _KINDS[kind], int(first), int(last))
+    except ValueError:
+        return None
+    return None
+
+
+def name(folder: str, ext: str, level: int, first: int, last: int) -> str:
+    if level == BASE:
+        return f"{folder}/b-{last:012d}{ext}"
+    return f"{folder}/{('d', 'r1', 'r2')[level]}-{first:012d}-{last:012d}{ext}"
+
+
+def chain(files: list[TierFile], start: int, upto: int, level: int | None = None) -> list[TierFile]:
+    """Files (of `level`, or any non-base level) covering start+1, start+2, ... up to `upto` without a
+    gap, each the one reaching furthest (a merged file before the files it replaced)."""
+    out: list[TierFile] = []
+    cur = start
+    while cur < upto:
+        best: TierFile | None = None
+        for f in files:
+            if f.level == BASE or (level is not None and f.level != level):
+                continue
+            if f.first <= cur + 1 and cur < f.last <= upto and (
+                    best is None or (f.last, f.level) > (best.last, best.level)):
+                best = f
+        if best is None:
+            break
+        out.append(best)
+        cur = best.last
+    return out
