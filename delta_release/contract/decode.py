@@ -375,6 +375,11 @@ class Decoder:
         if events.height:
             self._events.append(events)
 
+    def events_before_position_check(self) -> pl.DataFrame:
+        """The accepted events fed so far, before `finish`'s batch-wide position check: for a caller that
+        feeds several batches as one stream (no per-batch setup) and applies that check per batch itself."""
+        return pl.concat(self._events) if self._events else pl.DataFrame(schema=EVENT_SCHEMA)
+
     def finish(self, read: Callable[[int, int], bytes]) -> DecodedBatch:
         """The batch: `read(offset, length)` returns bytes of the batch (for position-conflict rejects)."""
         events = pl.concat(self._events) if self._events else pl.DataFrame(schema=EVENT_SCHEMA)

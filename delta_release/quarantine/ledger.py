@@ -105,6 +105,18 @@ class QuarantineLedger:
         return [o.path for o in self._storage.list(PREFIX, recursive=False) if o.path.endswith(".parquet")
                 and not o.path.rsplit("/", 1)[-1].startswith(".")]
 
+    def lines(self, batch_ids: Iterable[str], storage_options: dict[str, str] | None = None) -> pl.DataFrame:
+        """`batch_id`, `line` of every quarantined line of `batch_ids`: one listing and ONE Polars scan of
+        those batches' files (every ingest writes one, so `rows()` opening each file in Python cost 1.8 s
+        at 1,000 batches). Both columns exist in every format of the ledger."""
+        wanted = {self._path(b) for b in batch_ids}
+        paths = [p for p in self.paths() if p in wanted]
+        if not paths:
+            return pl.DataFrame(schema={"batch_id": pl.String, "line": pl.Int64})
+        return (pl.scan_parquet([self._storage.uri(p) for p in paths], storage_options=storage_options or None,
+                                hive_partitioning=False, missing_columns="insert", extra_columns="ignore")
+                .select(pl.col("batch_id").cast(pl.String), pl.col("line").cast(pl.Int64)).collect())
+
     def rows(self, batch_id: str | None = None) -> pl.DataFrame:
         """The ledger's rows (of one batch, or all), sorted by batch and line, in the columns of SCHEMA.
         A legacy file not migrated yet is read without its text column."""

@@ -82,26 +82,33 @@ class RawStore:
 
     def get(self, batch_id: str) -> RawBatch:
         sha = self._sha_for(batch_id)
-        if not self._storage.exists(self._meta_path(sha)):
+        return self._record(sha, has_meta=self._storage.exists(self._meta_path(sha)))
+
+    def _record(self, sha: str, *, has_meta: bool) -> RawBatch:
+        if not has_meta:
             data = self._storage.read_bytes(self._data_path(sha))
-            return RawBatch(batch_id=batch_id, sha256=sha, size=len(data), extracted=-1, received="",
+            return RawBatch(batch_id=sha[:16], sha256=sha, size=len(data), extracted=-1, received="",
                             schema_versions=[])
         return RawBatch(**json.loads(self._storage.read_bytes(self._meta_path(sha))))
 
     def read(self, batch_id: str) -> bytes:
-        sha = self._sha_for(batch_id)
+        return self.read_sha(self._sha_for(batch_id))
+
+    def read_sha(self, sha: str) -> bytes:
+        """A batch's bytes by its full sha256 (a `RawBatch.sha256` from `list`): no listing of the store,
+        which `read(batch_id)` needs to find the name; checked against the name as `read` does."""
         data = self._storage.read_bytes(self._data_path(sha))
         if hashlib.sha256(data).hexdigest() != sha:
-            raise DeltaReleaseError(f"raw batch {batch_id} on storage does not match its sha256",
-                                    batch_id=batch_id)
+            raise DeltaReleaseError(f"raw batch {sha[:16]} on storage does not match its sha256",
+                                    batch_id=sha[:16])
         return data
 
     def list(self) -> list[RawBatch]:
-        out = []
-        for obj in self._storage.list(PREFIX, recursive=False):
-            if obj.path.endswith(".jsonl"):
-                sha = obj.path.rsplit("/", 1)[-1].removesuffix(".jsonl")
-                out.append(self.get(sha[:16]))
+        """Every stored batch's record, oldest received first: ONE listing of the store, then each meta
+        record read by its name (before: `get` per batch re-listed the whole store, quadratic in batches)."""
+        names = {obj.path.rsplit("/", 1)[-1] for obj in self._storage.list(PREFIX, recursive=False)}
+        out = [self._record(name.removesuffix(".jsonl"), has_meta=f"{name.removesuffix('.jsonl')}.meta.json" in names)
+               for name in names if name.endswith(".jsonl")]
         return sorted(out, key=lambda b: (b.received, b.batch_id))
 
 

@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .. import _delta
-from ..apply import reference_fold
 from ..contract import decode_batch
-from ..contract.decode import split_lines
 from ..index.files import recorded_sha256
 from ..tables import DEFAULT_TABLE, KeyedColumns
 from ..views import current_rows, live_rows
+from .reference import accepted_events, compare, reference_current
 
 if TYPE_CHECKING:
     from ..commit.view import StagedSnapshot
@@ -127,41 +126,22 @@ def check_checksums(ctx: RunContext) -> CheckResult:
                        evidence={"files_checked": len(files), "mismatches": bad})
 
 
-def _accepted_events(lake: Lake, batch_ids: set[str]) -> list[dict[str, Any]]:
-    """Every accepted event of the retained raw batches in `batch_ids` (those committed and the run's own;
-    a held run's batches are not part of any version), minus quarantined lines and erased subjects."""
-    events: list[dict[str, Any]] = []
-    erased = lake.erasures.erased_subjects()
-    key = _cols(lake).key  # an event's field names are its table's column names
-    for batch in lake.raw.list():
-        if batch.batch_id not in batch_ids:
-            continue
-        data = lake.raw.read(batch.batch_id)
-        quarantined = set(lake.quarantine.rows(batch.batch_id)["line"].to_list())
-        n = len(split_lines(data))
-        decoded = decode_batch(data)
-        assert decoded.extracted == n
-        for ev in decoded.events.to_dicts():
-            if ev["line"] in quarantined or lake.erasures.subject_key(ev[key]) in erased:
-                continue
-            events.append(ev)
-    return events
-
-
 def check_pinned_query(ctx: RunContext) -> CheckResult:
+    """The candidate's current rows equal an independent fold of every accepted event of its batches
+    (reference.py: O(events), frames, one listing of the raw store, one scan of the quarantine ledger)."""
     lake = ctx.lake
     tdef = lake.table_def(DEFAULT_TABLE)
-    frame = current_rows(ctx.candidate.scan(), tdef).collect()
-    key = tdef.keyed().key
-    values = [c for c in frame.columns if c != key]  # every column of the current view, from the definition
-    got = {r[key]: tuple(r[c] for c in values) for r in frame.to_dicts()}
-    want = {k: tuple(v[c] for c in values) for k, v in reference_fold(_accepted_events(lake, ctx.batch_ids)).items()}
-    diff = sorted(set(got.items()) ^ set(want.items()))
-    return CheckResult(name="pinned_query", passed=not diff,
-                       detail=f"{ctx.label} holds {len(got)} current orders, equal to the"
-                              " reference fold of every accepted event" if not diff
-                       else f"{len(diff)} rows differ from the reference fold",
-                       evidence={"parent": ctx.candidate.parent, "rows": len(got), "differences": len(diff)})
+    cols = tdef.keyed()
+    frame = current_rows(ctx.candidate.scan(), tdef).collect()  # every column of the current view
+    events = accepted_events(lake, ctx.batch_ids, cols.key)
+    result = compare(frame, reference_current(events, cols, frame.columns), cols.key)
+    ok = result.differences == 0
+    detail = (f"{ctx.label} holds {result.rows} current orders, equal to the reference fold of every accepted"
+              " event" if ok else f"{result.differences} rows differ from the reference fold"
+              + (f" ({result.duplicate_keys} keys with more than one current row)" if result.duplicate_keys else ""))
+    return CheckResult(name="pinned_query", passed=ok, detail=detail,
+                       evidence={"parent": ctx.candidate.parent, "rows": result.rows, "differences": result.differences,
+                                 "events": events.height, "expected_rows": result.expected})
 
 
 def _drill_check(ctx: RunContext, name: str, run: Callable[[str], dict[str, Any]], ok_detail: str) -> CheckResult:
