@@ -221,8 +221,7 @@ def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool
 
     if all_batches:
         applied = applied_batches(lake, table)
-        ids = [b.batch_id for b in lake.raw.list() if b.batch_id in applied]
-    else:
-        ids = [batch_id] if batch_id else []
-    return [ingest_batch(lake, lake.raw.read(b), replay=True, table=table)
-            for b in progress.track(ids, "replay raw batches")]
+        shas = [b.sha256 for b in lake.raw.list() if b.batch_id in applied]  # one listing, then no lookups
+        return [ingest_batch(lake, lake.raw.read_sha(s), replay=True, table=table)
+                for s in progress.track(shas, "replay raw batches")]
+    return [ingest_batch(lake, lake.raw.read(batch_id), replay=True, table=table)] if batch_id else []

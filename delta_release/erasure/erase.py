@@ -207,7 +207,7 @@ def _find_subject(lake: LakeContext, entry: ErasureEntry) -> str | None:
         from ..contract import decode_batch
 
         for batch in lake.raw.list():
-            decoded = decode_batch(lake.raw.read(batch.batch_id))
+            decoded = decode_batch(lake.raw.read_sha(batch.sha256))
             found = match(decoded.events[key].unique().to_list()
                           + [r.order_id for r in decoded.rejects if r.order_id])
             if found is not None:

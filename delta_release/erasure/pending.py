@@ -38,7 +38,7 @@ def raw_batches_holding(lake: LakeContext, subject_id: str) -> list[str]:
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # the raw batches are the keyed table's events
     out = []
     for batch in lake.raw.list():
-        data = lake.raw.read(batch.batch_id)
+        data = lake.raw.read_sha(batch.sha256)
         if needle not in data and b"\\u" not in data:
             continue
         decoded = decode_batch(data)
