@@ -242,3 +242,15 @@ def test_retained_snapshot_bytes_equal_a_read_of_every_retained_snapshot(tmp_pat
         got = _retained_bytes(uri, lake.options, retained, _delta.file_entries(uri, lake.options, v))
         assert got == want
     assert len(want) > len(_delta.file_entries(uri, lake.options, v))  # removes were counted
+
+
+@pytest.mark.parametrize("text", [b"", b"[]", b"7", b'{"version": "x"}', b"\xff\xfe"])
+def test_an_unreadable_watermark_reads_as_missing(tmp_path, text):
+    """A watermark is written without fsync: after a power cut it may be empty or torn. Any such mark
+    reads as missing (the index is rebuilt), never as an error or a version."""
+    from delta_release.index.watermark import read_watermark
+    from delta_release.storage import Storage
+
+    store = Storage(str(tmp_path))
+    store.write_bytes("mark.json", text)
+    assert read_watermark(store, "mark.json", str(tmp_path / "no-table"), {}) is None

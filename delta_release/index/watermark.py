@@ -16,7 +16,7 @@ def read_watermark(index: Storage, path: str, uri: str, options: dict[str, str])
         if mark.get("table_id") != _delta.table_id(uri, options):
             return None  # written for another table once at this URI: rebuild
         return int(mark["version"])
-    except (FileNotFoundError, OSError, ValueError, KeyError, TypeError):
+    except (FileNotFoundError, OSError, ValueError, KeyError, TypeError, AttributeError):  # not a JSON object
         return None
 
 
