@@ -306,15 +306,8 @@ class FileIndex:
         self._tidy(files)
 
     def _tidy(self, files: list[TierFile]) -> None:
-        latest = max((f.last for f in files), default=-1)
-        for f in files:
-            for g in files:
-                if g is f or g.last > latest - GRACE_VERSIONS:
-                    continue
-                if (g.level > f.level or (g.level == BASE == f.level and g.last > f.last)) and (
-                        g.first <= f.first and f.last <= g.last):
-                    self.index.delete(f.path)
-                    break
+        for f in tiers.superseded(files, GRACE_VERSIONS):
+            self.index.delete(f.path)
 
     # -- reading ----------------------------------------------------------------------------------
     def lookup(self, paths: Iterable[str], *, upto: int | None = None) -> dict[str, Recorded]:

@@ -62,3 +62,20 @@ def chain(files: list[TierFile], start: int, upto: int, level: int | None = None
         out.append(best)
         cur = best.last
     return out
+
+
+def superseded(files: list[TierFile], grace: int) -> list[TierFile]:
+    """Files another file covers (a higher level, or a newer base, over the same versions) that can go:
+    only when the covering file is more than `grace` versions old, so a reader that listed the files a
+    moment ago still finds what it chose."""
+    latest = max((f.last for f in files), default=-1)
+    out = []
+    for f in files:
+        for g in files:
+            if g is f or g.last > latest - grace:
+                continue
+            if (g.level > f.level or (g.level == BASE == f.level and g.last > f.last)) and (
+                    g.first <= f.first and f.last <= g.last):
+                out.append(f)
+                break
+    return out
