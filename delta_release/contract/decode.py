@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -300,17 +300,23 @@ def _decode_line(number: int, raw: bytes, offset: int | None = None) -> dict[str
 _CONTENT = ["order_id", "kind", "amount_cents", "currency", "event_day"]
 
 
+def differing_repeats(events: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series:
+    """Per event: whether it is a later line of a position (within each group of `by`, e.g. a batch)
+    whose content differs from that position's first line. The decoder rejects these; exact repeats stay
+    accepted (apply deduplicates them). One definition for the decoder and the release oracle."""
+    group = [*by, "position"]
+    differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).sort_by("line").first().over(group))
+                                 for c in _CONTENT])
+    return events.select(((pl.len().over(group) > 1) & differs).alias("differing_repeat")).to_series()
+
+
 def _position_conflicts(events: pl.DataFrame, text: Callable[[int], tuple[str, int, int]]
                         ) -> tuple[pl.DataFrame, list[Reject]]:
     """Same position, different content: the first accepted line of a position stands, later lines whose
-    content differs are rejected (exact repeats stay accepted; apply deduplicates them)."""
+    content differs are rejected (`differing_repeats`)."""
     if events.height == 0 or events["position"].n_unique() == events.height:
         return events, []
-    dup = events.filter(pl.col("position").is_duplicated())
-    ref = dup.sort("line").group_by("position").agg([pl.col(c).first().alias(f"{c}__ref") for c in _CONTENT])
-    joined = dup.join(ref, on="position", how="left")
-    differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}__ref")) for c in _CONTENT])
-    bad = joined.filter(differs).sort("line")
+    bad = events.filter(differing_repeats(events)).sort("line")
     rejects = []
     for line, pos, oid in bad.select("line", "position", "order_id").iter_rows():
         raw, offset, length = text(line)
@@ -382,7 +388,7 @@ class Decoder:
 
     def finish(self, read: Callable[[int, int], bytes]) -> DecodedBatch:
         """The batch: `read(offset, length)` returns bytes of the batch (for position-conflict rejects)."""
-        events = pl.concat(self._events) if self._events else pl.DataFrame(schema=EVENT_SCHEMA)
+        events = self.events_before_position_check()
         offsets = np.concatenate(self._offsets) if self._offsets else np.empty(0, dtype=np.int64)
         lengths = np.concatenate(self._lengths) if self._lengths else np.empty(0, dtype=np.int64)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from ..contract.decode import Decoder
+from ..contract.decode import Decoder, differing_repeats
 from ..contract.fast import EVENT_SCHEMA
 from ..contract.lines import BOM, iter_chunks
 from ..contract.lines import max_line_bytes as line_limit
@@ -96,12 +96,9 @@ def _decode_group(group: list[tuple[str, bytes]]) -> pl.DataFrame:
 
 
 def _position_conflicts_dropped(events: pl.DataFrame) -> pl.DataFrame:
-    """The decoder's rule, per batch: the first line of a position stands, a later line of the same
-    position whose content differs is rejected (an exact repeat stays)."""
-    content = [c for c in events.columns if c not in ("line", "position", "schema_version", _BATCH)]
-    group = [_BATCH, "position"]
-    differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).first().over(group)) for c in content])
-    return events.filter(~(pl.col("position").is_duplicated().over(_BATCH) & differs))
+    """The decoder's rule (`differing_repeats`), per batch: the first line of a position stands, a later
+    line of the same position whose content differs is rejected (an exact repeat stays)."""
+    return events.filter(~differing_repeats(events, by=[_BATCH])) if events.height else events
 
 
 def _without_erased(lake: Lake, events: pl.DataFrame, key: str) -> pl.DataFrame:
