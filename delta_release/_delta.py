@@ -284,6 +284,16 @@ def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.La
     return pl.scan_delta(uri, version=version, storage_options=options or None)
 
 
+def _log_entry_lines(uri: str, options: dict[str, str], version: int) -> list[str] | None:
+    """The JSON lines of the log entry of `version` (one read, no replay), or None when it does not exist."""
+    from .storage import Storage
+
+    try:
+        return Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode().splitlines()
+    except (FileNotFoundError, OSError):
+        return None
+
+
 def version_evidence(uri: str, options: dict[str, str], version: int) -> dict[str, Any] | None:
     """Our evidence of one commit, read from that commit's log entry alone (None when it has none or
     the entry is gone): bounded by the commit, never a replay of the history."""
@@ -294,13 +304,10 @@ def version_evidence(uri: str, options: dict[str, str], version: int) -> dict[st
 def version_record(uri: str, options: dict[str, str], version: int) -> CommitRecord | None:
     """One commit as `history` reports it (timestamp, operation, our evidence), read from that commit's
     log entry alone; None when the entry does not exist (not committed yet, or its log entry is gone)."""
-    from .storage import Storage
-
-    try:
-        text = Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode()
-    except (FileNotFoundError, OSError):
+    lines = _log_entry_lines(uri, options, version)
+    if lines is None:
         return None
-    for line in text.splitlines():
+    for line in lines:
         if '"commitInfo"' not in line:
             continue
         info = json.loads(line).get("commitInfo") or {}
@@ -316,14 +323,11 @@ def removed_files(uri: str, options: dict[str, str], version: int) -> list[tuple
     `file_entries` gives them); None when the entry does not exist."""
     from urllib.parse import unquote
 
-    from .storage import Storage
-
-    try:
-        text = Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode()
-    except (FileNotFoundError, OSError):
+    lines = _log_entry_lines(uri, options, version)
+    if lines is None:
         return None
     out: list[tuple[str, int | None]] = []
-    for line in text.splitlines():
+    for line in lines:
         if '"remove"' in line and (action := json.loads(line).get("remove")):
             size = action.get("size")
             out.append((unquote(str(action["path"])), None if size is None else int(size)))
