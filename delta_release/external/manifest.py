@@ -241,19 +241,16 @@ def _check_links(storage: Storage, manifest: Manifest, paths: list[str], entries
     if not storage.is_local:
         return
     root = os.path.realpath(storage.local_path())
-    directory = storage.local_path(manifest.directory)
     # Only links can leave the root: resolve the directory once, and a file only when it is a link
-    # (one lstat each) or when it is not directly in that directory.
+    # (one directory read tells which) or when it is not directly in that directory. A directory that
+    # cannot be read: every file is resolved.
     candidates = [manifest.directory]
-    links: set[str] = set()
-    if entries is not None:
-        links = {f"{manifest.directory}/{e.name}" for e in entries if e.is_symlink()}
-    elif directory.is_dir():
-        with os.scandir(directory) as found:  # one directory read instead of an lstat per file
-            links = {f"{manifest.directory}/{e.name}" for e in found if e.is_symlink()}
+    if entries is None:
+        entries = scan_directory(storage, manifest.directory)
+    links = None if entries is None else {f"{manifest.directory}/{e.name}" for e in entries if e.is_symlink()}
     prefix = manifest.directory + "/"
     for rel in paths:
-        if not rel.startswith(prefix) or "/" in rel[len(prefix):] or rel in links:
+        if links is None or not rel.startswith(prefix) or "/" in rel[len(prefix):] or rel in links:
             candidates.append(rel)
     for rel in candidates:
         full = storage.local_path(rel)
