@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -180,13 +179,7 @@ class FileIndex:
         """The file's rows; FileNotFoundError when a merge deleted it since it was listed, CorruptIndexFile
         when it does not decode."""
         self.files_read += 1
-        if self.index.is_local:
-            with open(self.index.local_path(f.path), "rb") as handle:
-                if handle.seek(0, 2) == 0:
-                    raise CorruptIndexFile(f"empty file index file: {f.path}", f.path)
-                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            return _decode(mapped, f.path)
-        return _decode(self.index.read_bytes(f.path), f.path)
+        return _decode(tiers.read(self.index, f.path)[0], f.path)
 
     def _write(self, level: int, first: int, last: int, run: Run) -> None:
         self.index.write_once(tiers.name(FOLDER, ".fx", level, first, last), _encode(run))

@@ -216,12 +216,8 @@ class KeyIndex:
         """The file's run (and its memory map on local disk); FileNotFoundError when a compaction deleted
         it since it was listed."""
         self.files_read += 1
-        if self.index.is_local:
-            with open(self.index.local_path(f.path), "rb") as handle:
-                # the mapping outlives the descriptor and the file's name (a later delete is harmless)
-                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            return _decode(mapped, f.path), mapped
-        return _decode(self.index.read_bytes(f.path), f.path), None
+        data, mapped = tiers.read(self.index, f.path)
+        return _decode(data, f.path), mapped
 
     def _load(self, f: TierFile) -> Run:
         return self._open(f)[0]

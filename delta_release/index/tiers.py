@@ -7,7 +7,12 @@ reader picks a gap-free chain of files from a listing alone.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..storage import Storage
 
 BASE = 3  # the level of a base file
 _KINDS = {"d": 0, "r1": 1, "r2": 2}
@@ -79,3 +84,17 @@ def superseded(files: list[TierFile], grace: int) -> list[TierFile]:
                 out.append(f)
                 break
     return out
+
+
+def read(storage: Storage, path: str) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
+    """A tier file's bytes, and its memory map when there is one: on local disk the file is mapped (the
+    mapping outlives the descriptor and the file's name, so a later delete is harmless), an empty file
+    reads as b"" (it cannot be mapped; the caller's decode refuses it); elsewhere the object is read.
+    FileNotFoundError when a merge deleted it since it was listed."""
+    if not storage.is_local:
+        return storage.read_bytes(path), None
+    with open(storage.local_path(path), "rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return b"", None
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    return mapped, mapped
