@@ -354,7 +354,7 @@ class Decoder:
             self.lines += 1
             return
         data, first = item.data, item.first_line
-        starts = fast.line_starts(data)
+        starts = item.starts
         ends = starts[1:] - 1  # index of each line's '\n'
         lengths = ends - starts[:-1]
         if len(ends):

@@ -1,24 +1,31 @@
 """The vectorised path: whole chunks of plain event lines decoded by Polars' NDJSON reader.
 
-A line takes this path only when a regular expression proves its shape: one flat JSON object whose keys
-are contract fields, integer fields holding plain integers of at most 18 digits, string fields holding
-strings without escapes or control characters, no nulls, nothing after the closing brace but blanks.
-Such a line is valid JSON that `polars.read_ndjson` decodes with the contract's column types, so the
-chunk's matching lines are read in one call that cannot fail on them. Key order: the canonical order
-(schema_version, order_id, position, kind, amount_cents, event_day, currency) cannot hold a duplicate
-key; a line in any other order is also taken when its key count equals its field count (a duplicate key
-makes the count larger). Every contract rule is then checked as one expression; every line that does not
-match, or breaks a rule, goes to the strict per-line parser, which decides its reason. A property test
-holds the two paths equal line for line.
+First proof, for the common chunk: `polars.read_ndjson` reads every line shaped `{...}` in one call (a
+value of a type its column cannot hold is read as null, or as its JSON text for a String column), the
+contract rules are checked as one expression, and a row that keeps them is accepted when counting three
+bytes of its line shows that the line is exactly that row (`_exact`: no duplicate or unknown key, no null,
+no value of another type, no array): counted over the whole chunk at once, line by line only when a sum is
+off. No regular expression reads these lines.
+
+Second proof, for the lines the first leaves undecided (a chunk Polars cannot read because one line is
+not JSON, a row whose byte counts differ): a regular expression proves the shape, one flat JSON object
+whose keys are contract fields, integer fields holding plain integers of at most 18 digits, string fields
+holding strings without escapes or control characters, no nulls, nothing after the closing brace but
+blanks, and those lines are read in one call that cannot fail on them. Key order: the canonical order
+(schema_version, order_id, position, kind, amount_cents, event_day, currency) cannot hold a duplicate key;
+a line in any other order is also taken when its key count equals its field count.
+
+Every line neither proof takes, and every row that breaks a rule, goes to the strict per-line parser,
+which decides its reason. A property test holds the paths equal line for line.
 """
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import polars as pl
 import pyarrow as pa
+
+from .lines import line_starts  # noqa: F401 - the decoder's tests split lines with it
 
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "order_id": pl.String(),
@@ -54,42 +61,61 @@ GENERAL = "^\\{" + _WS + "(?:" + _ANY + f"(?:{_WS},{_WS}{_ANY})*)?" + _END
 KEY = '"' + _WS + ":"
 
 
-def line_starts(data: bytes) -> np.ndarray:
-    """Start offsets of the lines of `data` (every line ends in '\\n'), plus len(data) at the end."""
-    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-    starts = np.empty(len(nl) + 1, dtype=np.int64)
-    starts[0] = 0
-    starts[1:] = nl + 1
-    return starts
+def _utf8_lines(data: bytes, starts: np.ndarray) -> bytes:
+    """`data` with every line that is not UTF-8 blanked (spaces), so that it matches no pattern, is read by
+    no JSON reader and goes to the strict path. `data` itself (no copy) when every line is UTF-8."""
+    # `isascii` first (one C pass, far cheaper than comparing every byte in numpy); else find the high bytes
+    high = np.empty(0) if data.isascii() else np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
+    if not len(high):
+        return data
+    buf: bytes | bytearray = data
+    for i in np.unique(np.searchsorted(starts, high, side="right") - 1).tolist():  # check those in Python
+        start, end = int(starts[i]), int(starts[i + 1]) - 1
+        try:
+            data[start:end].decode("utf-8")
+        except UnicodeDecodeError:
+            if isinstance(buf, bytes):
+                buf = bytearray(data)
+            buf[start:end] = b" " * (end - start)
+    return bytes(buf)
 
 
 def _lines_series(data: bytes, starts: np.ndarray) -> pl.Series:
-    """Each line (terminator included) as a String; a line that is not UTF-8 is blanked (spaces) so that
-    it matches no pattern and goes to the strict path. No copy of the bytes when every line is UTF-8."""
-    n = len(starts) - 1
-    # `isascii` first (one C pass, far cheaper than comparing every byte in numpy); else find the high bytes
-    high = np.empty(0) if data.isascii() else np.flatnonzero(np.frombuffer(data, dtype=np.uint8) >= 0x80)
-    if len(high):  # lines with non-ASCII bytes: check those in Python
-        buf: bytes | bytearray = data
-        for i in np.unique(np.searchsorted(starts, high, side="right") - 1).tolist():
-            start, end = int(starts[i]), int(starts[i + 1]) - 1
-            try:
-                data[start:end].decode("utf-8")
-            except UnicodeDecodeError:
-                if isinstance(buf, bytes):
-                    buf = bytearray(data)
-                buf[start:end] = b" " * (end - start)
-        data = bytes(buf)
-    arr = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(data)])
+    """Each line of UTF-8 `data` (terminator included) as a String, without copying the bytes."""
+    arr = pa.Array.from_buffers(pa.large_binary(), len(starts) - 1,
+                                [None, pa.py_buffer(starts), pa.py_buffer(data)])
     return pl.Series("text", arr).cast(pl.String)
 
 
-def _rules() -> pl.Expr:
+def _bytes_within(values: pl.Series, lo: int, hi: int) -> bool:
+    """Whether every byte of every value of a String column lies in lo..hi (one numpy pass)."""
+    arr = values.to_arrow()
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
+    if arr.buffers()[2] is None:
+        return True
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    held = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return not np.count_nonzero((held < lo) | (held > hi))
+
+
+def _rules(frame: pl.DataFrame | None = None) -> pl.Expr:
+    """The contract's rules for a row read by Polars; given the frame, the two text rules that need a
+    regular expression per row are replaced by a length check when one pass over the column's bytes shows
+    them all printable ASCII (order_id) or upper-case letters (currency)."""
     v, kind, cur = pl.col("schema_version"), pl.col("kind"), pl.col("currency")
     upsert = kind == "upsert"
+    if frame is not None and _bytes_within(frame["order_id"], 0x20, 0x7E):
+        order_id = pl.col("order_id").str.len_bytes().is_between(1, 128)
+    else:
+        order_id = pl.col("order_id").str.contains(r"^[\x20-\x7E]{1,128}$")
+    if frame is not None and _bytes_within(frame["currency"], ord("A"), ord("Z")):
+        currency = cur.str.len_bytes() == 3
+    else:
+        currency = cur.str.contains(r"^[A-Z]{3}$")
     return (
         v.is_in([2, 3])
-        & pl.col("order_id").str.contains(r"^[\x20-\x7E]{1,128}$")
+        & order_id
         & (pl.col("position") >= 0)
         & kind.is_in(["upsert", "delete"])
         & pl.when(upsert).then(pl.col("amount_cents").is_not_null() & (pl.col("amount_cents") >= 0)
@@ -98,7 +124,7 @@ def _rules() -> pl.Expr:
         & (pl.col("event_day").is_null() | pl.col("event_day").is_between(0, MAX_DAY))
         & pl.when(v == 2).then(cur.is_null())
         .otherwise(pl.when(upsert).then(cur.is_not_null()).otherwise(True)
-                   & (cur.is_null() | cur.str.contains(r"^[A-Z]{3}$")))
+                   & (cur.is_null() | currency))
     ).fill_null(False)
 
 
@@ -112,6 +138,154 @@ def _normalise() -> list[pl.Expr]:
 
 
 EMPTY = pl.DataFrame(schema=EVENT_SCHEMA)
+_LBRACE, _RBRACE, _CR = ord("{"), ord("}"), ord("\r")
+_COUNTS = pl.sum_horizontal([pl.col(c).is_not_null().cast(pl.Int64) for c in READ_SCHEMA])
+_STRINGS = pl.sum_horizontal([pl.col(c).is_not_null().cast(pl.Int64) for c in _STRS])
+_FEW = 2048  # at most this many lines are counted one by one in Python, more with numpy
+
+
+def _read(data: bytes, starts: np.ndarray, take: np.ndarray | None) -> pl.DataFrame:
+    """read_ndjson of the lines of `data` selected by `take` (all when None), in line order; a value of a
+    type the column cannot hold is read as null (or, for a String column, as its JSON text)."""
+    if take is not None:
+        left = np.flatnonzero(~take)
+        if len(left) <= _FEW:  # blank the few lines left out (Polars skips blank lines): one copy
+            buf = bytearray(data)
+            for i in left.tolist():
+                start, end = int(starts[i]), int(starts[i + 1]) - 1
+                buf[start:end] = b" " * (end - start)
+            data = bytes(buf)
+        else:
+            data = np.frombuffer(data, dtype=np.uint8)[np.repeat(take, np.diff(starts))].tobytes()
+    return pl.read_ndjson(data, schema=READ_SCHEMA, ignore_errors=True)
+
+
+def _braced(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per line: whether it starts with '{' and ends with '}' (before its '\\n' or '\\r\\n')."""
+    last = starts[1:] - 2  # the byte before each '\n'
+    last = last - (arr[last] == _CR)
+    braced: np.ndarray = (arr[starts[:-1]] == _LBRACE) & (arr[last] == _RBRACE) & (last > starts[:-1])
+    return braced
+
+
+class _Bytes:
+    """How many times a byte occurs in a chunk: in all of it, per line, or in a few lines."""
+
+    def __init__(self, data: bytes, starts: np.ndarray) -> None:
+        self.data, self.starts = data, starts
+        self.arr = np.frombuffer(data, dtype=np.uint8)
+        self._picked: bytes | None = None  # the bytes of the many lines `within` is asked about (one set)
+
+    def total(self, byte: bytes) -> int:
+        return int(np.count_nonzero(self.arr == byte[0])) if byte in self.data else 0
+
+    def per_line(self, byte: bytes) -> np.ndarray:
+        if byte not in self.data:
+            return np.zeros(len(self.starts) - 1, dtype=np.int64)
+        return np.diff(np.searchsorted(np.flatnonzero(self.arr == byte[0]), self.starts))
+
+    def within(self, byte: bytes, lines: np.ndarray, mask: np.ndarray) -> int:
+        """In `lines` (0-based indices; `mask` the same as a bool per line)."""
+        starts, data = self.starts, self.data
+        if len(lines) <= _FEW:
+            return sum(data.count(byte, int(starts[i]), int(starts[i + 1])) for i in lines.tolist())
+        if self._picked is None:
+            self._picked = self.arr[np.repeat(mask, np.diff(starts))].tobytes()
+        return self._picked.count(byte)
+
+
+def _exact(count: _Bytes, index: np.ndarray, fields: np.ndarray, strings: np.ndarray,
+           ok: np.ndarray) -> np.ndarray:
+    """Which of the rows read (`index`: their lines; `ok`: the rows keeping the rules) are exactly their
+    line, by counting bytes of the line. Polars parsed the line, so it is valid JSON, where every '"' opens
+    or closes a string or is escaped by its own '\\', and every key is followed by a ':'. Per line:
+      ':' >= fields, equal only when every key is a distinct contract field read as a non-null value (a
+          duplicate key, which Polars reads first-wins, a key outside the contract, which it drops, a null
+          or a value of the wrong type, read as null, and a nested object's key each leave a ':' over);
+      '[' >= 0, equal only without an array (Polars reads an array into a String column as its text);
+      and, where both are equal (a flat object of scalars), '"' - '\\' <= 2 * (fields + strings), equal
+          only when each String column holds a JSON string (not a number, boolean or '{}' read as its
+          text; escaped quotes need as many backslashes).
+    So the three sums over the chunk are checked first, then the lines one by one when a sum is off."""
+    lines = index[ok]
+    out = np.ones(len(count.starts) - 1, dtype=bool)
+    out[lines] = False
+    left_out = np.flatnonzero(out)
+
+    def total(byte: bytes) -> int:
+        return count.total(byte) - count.within(byte, left_out, out) if byte in count.data else 0
+
+    f, s = int(fields[ok].sum()), int(strings[ok].sum())
+    if total(b":") == f and total(b"[") == 0 and total(b'"') - total(b"\\") == 2 * (f + s):
+        return ok
+    return _line_by_line(count, index, fields, strings, ok)
+
+
+def _line_by_line(count: _Bytes, index: np.ndarray, fields: np.ndarray, strings: np.ndarray,
+                  ok: np.ndarray) -> np.ndarray:
+    colons, brackets = count.per_line(b":")[index], count.per_line(b"[")[index]
+    quotes = count.per_line(b'"')[index] - count.per_line(b"\\")[index]
+    exact: np.ndarray = ok & (colons == fields) & (brackets == 0) & (quotes == 2 * (fields + strings))
+    return exact
+
+
+def _proven(data: bytes, starts: np.ndarray, braced: np.ndarray) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    """Polars parses every `{...}` line of the chunk in one call; a row that keeps the contract rules and
+    is exactly its line (`_exact`) is accepted with no regular expression run on it. A chunk Polars cannot
+    parse (a syntax error inside braces) proves nothing. Returns (the accepted rows, `line` a 0-based
+    index; the lines accepted; the lines read whose rules fail, which only the strict path can name)."""
+    n = len(starts) - 1
+    none = np.zeros(n, dtype=bool)
+    whole = bool(braced.all())
+    try:
+        frame = _read(data, starts, None if whole else braced)
+    except pl.exceptions.PolarsError:
+        return EMPTY_READ, none, none
+    index = np.arange(n) if whole else np.flatnonzero(braced)
+    if frame.height != len(index):  # not expected for lines that each hold one object; stay exact regardless
+        return EMPTY_READ, none, none
+    checked = frame.select(_rules(frame).alias("ok"), _COUNTS.alias("fields"), _STRINGS.alias("strings"))
+    ok = checked["ok"].to_numpy()
+    exact = _exact(_Bytes(data, starts), index, checked["fields"].to_numpy(), checked["strings"].to_numpy(), ok)
+    accepted, failed = none.copy(), none.copy()
+    accepted[index[exact]] = True
+    failed[index[~ok]] = True
+    return frame.with_columns(pl.Series("line", index, dtype=pl.Int64)).filter(pl.Series(exact)), accepted, failed
+
+
+EMPTY_READ = pl.DataFrame(schema={**READ_SCHEMA, "line": pl.Int64})
+
+
+def _by_pattern(data: bytes, starts: np.ndarray, rest: np.ndarray) -> pl.DataFrame:
+    """Lines not proven by `_proven` (another key order with a ':' inside a string, a chunk Polars could
+    not parse whole...), taken when a regular expression proves their shape and the rules hold: the
+    accepted rows, `line` a 0-based index."""
+    n = len(starts) - 1
+    sub = _lines_series(data, starts).gather(rest)
+    canon = sub.str.contains(CANONICAL).fill_null(False).to_numpy()
+    keys = np.full(len(rest), -1, dtype=np.int64)
+    other = np.flatnonzero(~canon)
+    general = np.zeros(len(rest), dtype=bool)
+    if len(other):
+        osub = sub.gather(other)
+        hit = osub.str.contains(GENERAL).fill_null(False).to_numpy()
+        general[other[hit]] = True
+        keys[other[hit]] = osub.filter(pl.Series(hit)).str.count_matches(KEY).to_numpy()
+    hit = canon | general
+    index = rest[hit]
+    if not len(index):
+        return EMPTY_READ
+    take = np.zeros(n, dtype=bool)
+    take[index] = True
+    try:
+        frame = _read(data, starts, take)
+    except pl.exceptions.PolarsError:  # cannot happen for lines of the proven shape; stay exact regardless
+        return EMPTY_READ
+    if frame.height != len(index):
+        return EMPTY_READ
+    counted = pl.lit(pl.Series(keys[hit]))  # outside the canonical order: no duplicate key (one per field)
+    ok = _rules(frame) & ((counted < 0) | (_COUNTS == counted))
+    return frame.with_columns(pl.Series("line", index, dtype=pl.Int64)).filter(ok)
 
 
 def fast_chunk(data: bytes, starts: np.ndarray, first_line: int,
@@ -122,41 +296,19 @@ def fast_chunk(data: bytes, starts: np.ndarray, first_line: int,
     n = len(starts) - 1
     if n == 0:
         return EMPTY, np.empty(0, dtype=np.int64)
-    text = _lines_series(data, starts)
-    canon = text.str.contains(CANONICAL).fill_null(False).to_numpy()
+    data = _utf8_lines(data, starts)
+    braced = _braced(np.frombuffer(data, dtype=np.uint8), starts)
     if eligible is not None:
-        canon &= eligible
-    keys: np.ndarray | None = None
-    if canon.all():
-        take = canon
-        frame = pl.read_ndjson(io.BytesIO(data), schema=READ_SCHEMA)
-    else:
-        rest = np.flatnonzero(~canon if eligible is None else ~canon & eligible)
-        general = np.zeros(n, dtype=bool)
-        keys = np.full(n, -1, dtype=np.int64)
-        if len(rest):
-            sub = text.gather(rest)
-            hit = sub.str.contains(GENERAL).fill_null(False).to_numpy()
-            general[rest[hit]] = True
-            keys[rest[hit]] = sub.filter(pl.Series(hit)).str.count_matches(KEY).to_numpy()
-        take = canon | general
-        if not take.any():
-            return EMPTY, np.arange(n, dtype=np.int64)
-        lengths = np.diff(starts)
-        picked = np.frombuffer(data, dtype=np.uint8)[np.repeat(take, lengths)].tobytes()
-        frame = pl.read_ndjson(io.BytesIO(picked), schema=READ_SCHEMA)
-        keys = keys[take]
-    index = np.flatnonzero(take)
-    if frame.height != len(index):  # cannot happen for lines of the proven shape; stay exact regardless
-        return EMPTY, np.arange(n, dtype=np.int64)
-    frame = frame.with_columns(pl.Series("line", index + first_line, dtype=pl.Int64))
-    ok = _rules()
-    if keys is not None:  # lines outside the canonical order: no duplicate key (one key per field)
-        fields = pl.sum_horizontal([pl.col(c).is_not_null().cast(pl.Int64) for c in READ_SCHEMA])
-        ok = ok & ((pl.Series(keys) < 0) | (fields == pl.Series(keys)))
-    checked = frame.with_columns(ok.alias("ok"))
-    good = checked["ok"].to_numpy()
-    events = checked.filter(pl.col("ok")).select(_normalise()).cast(EVENT_SCHEMA)  # type: ignore[arg-type]
+        braced &= eligible
+    frame, proven, failed = _proven(data, starts, braced) if braced.any() else (EMPTY_READ, braced, braced)
+    rest = ~(proven | failed)
+    if eligible is not None:
+        rest &= eligible
+    if rest.any():
+        more = _by_pattern(data, starts, np.flatnonzero(rest))
+        if more.height:
+            frame = pl.concat([frame, more]).sort("line")
+    events = frame.with_columns(pl.col("line") + first_line).select(_normalise()).cast(EVENT_SCHEMA)  # type: ignore[arg-type]
     decided = np.zeros(n, dtype=bool)
-    decided[index[good]] = True
+    decided[frame["line"].to_numpy()] = True
     return events, np.flatnonzero(~decided)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
+
+import numpy as np
 
 BOM = b"\xef\xbb\xbf"
 MAX_LINE_BYTES = 1 << 20
@@ -50,14 +52,25 @@ def byte_limit(value: int | None, env_name: str, default: int, what: str) -> int
     return value
 
 
+def line_starts(data: bytes) -> np.ndarray:
+    """Start offsets of the lines of `data` (every line ends in '\\n'), plus len(data) at the end."""
+    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.empty(len(nl) + 1, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = nl + 1
+    return starts
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """Whole lines: `data` holds them, each ending in '\\n' (one is added after a last unterminated line).
-    `first_line` is the 1-based number of its first line, `offset` the batch offset of data[0]."""
+    `first_line` is the 1-based number of its first line, `offset` the batch offset of data[0], `starts`
+    the `line_starts` of `data` (found once, to count the lines and to split them)."""
 
     data: bytes
     first_line: int
     offset: int
+    starts: np.ndarray = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +119,9 @@ def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYT
         last = buf.rfind(b"\n")
         if last >= 0:
             whole = buf[:last + 1]
-            yield Chunk(whole, line, pos)
-            line += whole.count(b"\n")
+            starts = line_starts(whole)
+            yield Chunk(whole, line, pos, starts)
+            line += len(starts) - 1
             pos += last + 1
             carry = buf[last + 1:]
         else:
@@ -119,4 +133,4 @@ def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYT
     if skipping is not None:
         yield LongLine(skipping[0], skipping[1], skipping[2] - (1 if skipping[3] else 0))
     elif carry:
-        yield Chunk(carry + b"\n", line, pos)
+        yield Chunk(carry + b"\n", line, pos, np.array([0, len(carry) + 1], dtype=np.int64))
