@@ -155,3 +155,17 @@ def test_many_lines_left_out_of_the_count_are_counted_together() -> None:
     assert summary(decoded) == summary(strict(data))
     assert decoded.accepted == 45 and len(decoded.rejects) == len(v4) + 1  # exact repeats stay accepted
     assert decoded.rejects[-1].line == 41 + len(v4) and decoded.rejects[-1].reason.value == "bad_type"
+
+
+@pytest.mark.parametrize(("line", "detail"), [
+    (b'\xef\xbb\xbf{"schema_version": 2}', "not valid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig))"),
+    (b'{"schema_version": NaN}', "NaN is not valid JSON"),
+    (b'{"schema_version": 2, "schema_version": 3}', "duplicate key 'schema_version' in one object"),
+    (b"[" * 100_000, "nesting too deep"),
+    (b'{"schema_version": 2} x', "not valid JSON (Extra data)"),
+])
+def test_the_strict_parser_names_why_a_line_is_not_json(line: bytes, detail: str) -> None:
+    """One strict decoder serves every line (built once, not per call): same reasons and details."""
+    data = CLEAN[0] + b"\n" + line + b"\n"
+    rejects = decode_batch(data).rejects
+    assert [(r.line, r.reason.value, r.detail) for r in rejects] == [(2, "malformed_json", detail)]
