@@ -115,17 +115,16 @@ def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYT
             if not block:
                 block = reader.read(block_size)
                 continue
-        buf = carry + block if carry else block
-        last = buf.rfind(b"\n")
-        if last >= 0:
-            whole = buf[:last + 1]
+        last = block.rfind(b"\n")
+        if last >= 0:  # one copy of the block's lines (the carry joined to them), not two
+            whole = b"".join((carry, memoryview(block)[:last + 1])) if carry else block[:last + 1]
             starts = line_starts(whole)
             yield Chunk(whole, line, pos, starts)
             line += len(starts) - 1
-            pos += last + 1
-            carry = buf[last + 1:]
+            pos += len(whole)
+            carry = block[last + 1:]
         else:
-            carry = buf
+            carry += block
         if len(carry) > max_line + 1:  # even without a final '\r' the line is over the limit
             skipping = [line, pos, len(carry), carry.endswith(b"\r")]
             carry = b""
