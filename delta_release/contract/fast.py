@@ -182,7 +182,7 @@ class _Bytes:
     def __init__(self, data: bytes, starts: np.ndarray) -> None:
         self.data, self.starts = data, starts
         self.arr = np.frombuffer(data, dtype=np.uint8)
-        self._picked: bytes | None = None  # the bytes of the many lines `within` is asked about (one set)
+        self._picked: bytes | None = None  # the bytes of the lines `within` is asked about
 
     def total(self, byte: bytes) -> int:
         return int(np.count_nonzero(self.arr == byte[0])) if byte in self.data else 0
@@ -193,12 +193,14 @@ class _Bytes:
         return np.diff(np.searchsorted(np.flatnonzero(self.arr == byte[0]), self.starts))
 
     def within(self, byte: bytes, lines: np.ndarray, mask: np.ndarray) -> int:
-        """In `lines` (0-based indices; `mask` the same as a bool per line)."""
-        starts, data = self.starts, self.data
-        if len(lines) <= _FEW:
-            return sum(data.count(byte, int(starts[i]), int(starts[i + 1])) for i in lines.tolist())
-        if self._picked is None:
-            self._picked = self.arr[np.repeat(mask, np.diff(starts))].tobytes()
+        """In `lines` (0-based indices; `mask` the same as a bool per line; the same lines at every call)."""
+        if self._picked is None:  # their bytes, gathered once
+            if len(lines) <= _FEW:
+                view = memoryview(self.data)
+                self._picked = b"".join([view[s:e] for s, e in zip(self.starts[lines].tolist(),
+                                                                     self.starts[lines + 1].tolist())])
+            else:
+                self._picked = self.arr[np.repeat(mask, np.diff(self.starts))].tobytes()
         return self._picked.count(byte)
 
 
