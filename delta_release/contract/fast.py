@@ -129,13 +129,14 @@ def _rules(frame: pl.DataFrame | None = None) -> pl.Expr:
     ).fill_null(False)
 
 
-def _normalise() -> list[pl.Expr]:
-    v, kind, cur = pl.col("schema_version"), pl.col("kind"), pl.col("currency")
-    upsert = kind == "upsert"
-    return [pl.col("order_id"), pl.col("position"), kind,
-            pl.when(upsert).then(pl.col("amount_cents")).alias("amount_cents"),
-            pl.when(upsert).then(pl.when(v == 2).then(pl.lit("INR")).otherwise(cur)).alias("currency"),
-            pl.col("event_day"), v, pl.col("line")]
+def _normalise(first_line: int) -> list[pl.Expr]:
+    """The event columns of rows that keep the rules (so a delete has no amount, a v2 upsert no currency:
+    it is INR), `line` made 1-based from the chunk's first line; in EVENT_SCHEMA's order and types."""
+    kind, cur = pl.col("kind"), pl.col("currency")
+    return [pl.col("order_id"), pl.col("position"), kind, pl.col("amount_cents"),
+            pl.when(kind == "upsert").then(cur.fill_null(pl.lit("INR"))).alias("currency"),
+            pl.col("event_day").cast(pl.Int32), pl.col("schema_version").cast(pl.Int8),
+            pl.col("line") + first_line]
 
 
 EMPTY = pl.DataFrame(schema=EVENT_SCHEMA)
@@ -198,7 +199,7 @@ class _Bytes:
             if len(lines) <= _FEW:
                 view = memoryview(self.data)
                 self._picked = b"".join([view[s:e] for s, e in zip(self.starts[lines].tolist(),
-                                                                     self.starts[lines + 1].tolist())])
+                                                                     self.starts[lines + 1].tolist(), strict=True)])
             else:
                 self._picked = self.arr[np.repeat(mask, np.diff(self.starts))].tobytes()
         return self._picked.count(byte)
@@ -259,7 +260,8 @@ def _proven(data: bytes, starts: np.ndarray, braced: np.ndarray) -> tuple[pl.Dat
     accepted, failed = none.copy(), none.copy()
     accepted[index[exact]] = True
     failed[index[~ok]] = True
-    return frame.with_columns(pl.Series("line", index, dtype=pl.Int64)).filter(pl.Series(exact)), accepted, failed
+    frame = frame.with_columns(pl.Series("line", index, dtype=pl.Int64))
+    return (frame if exact.all() else frame.filter(pl.Series(exact))), accepted, failed
 
 
 EMPTY_READ = pl.DataFrame(schema={**READ_SCHEMA, "line": pl.Int64})
@@ -317,7 +319,7 @@ def fast_chunk(data: bytes, starts: np.ndarray, first_line: int,
         more = _by_pattern(data, starts, np.flatnonzero(rest))
         if more.height:
             frame = pl.concat([frame, more]).sort("line")
-    events = frame.with_columns(pl.col("line") + first_line).select(_normalise()).cast(EVENT_SCHEMA)  # type: ignore[arg-type]
+    events = frame.select(_normalise(first_line))
     decided = np.zeros(n, dtype=bool)
     decided[frame["line"].to_numpy()] = True
     return events, np.flatnonzero(~decided)
