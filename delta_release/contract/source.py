@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -43,18 +44,36 @@ class _RangeReader:
 
 
 class _HashingReader:
-    """A binary reader that hashes and counts what passes through it."""
+    """A binary reader that hashes and counts what passes through it. The hashing runs on a thread of its
+    own (hashlib releases the GIL on large blocks) while the decoder works on the block, one block at a
+    time: `sha256()` waits for the last. Use as a context manager (the thread ends on leaving)."""
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
-        self.digest = hashlib.sha256()
+        self._digest = hashlib.sha256()
+        self._hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-sha256")
+        self._last: Future[None] | None = None
         self.size = 0
+
+    def __enter__(self) -> _HashingReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hashing.shutdown(wait=True)
 
     def read(self, n: int = -1) -> bytes:
         block: bytes = self._handle.read(n)
-        self.digest.update(block)
+        if block:
+            if self._last is not None:  # one block in flight: memory stays bounded when reading outruns hashing
+                self._last.result()
+            self._last = self._hashing.submit(self._digest.update, block)
         self.size += len(block)
         return block
+
+    def sha256(self) -> str:
+        if self._last is not None:
+            self._last.result()
+        return self._digest.hexdigest()
 
 
 def _line_text(read: Any, decoded: DecodedBatch, line: int) -> str:
@@ -120,17 +139,18 @@ def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None 
             length = p.stat().st_size - offset
         with open(p, "rb") as handle:
             handle.seek(offset)
-            reader = _HashingReader(_RangeReader(handle, length))
+            with _HashingReader(_RangeReader(handle, length)) as reader:
 
-            def reread(start: int, n: int) -> bytes:
-                with open(p, "rb") as again:
-                    again.seek(offset + start)
-                    return again.read(max(0, min(n, length - start)))
+                def reread(start: int, n: int) -> bytes:
+                    with open(p, "rb") as again:
+                        again.seek(offset + start)
+                        return again.read(max(0, min(n, length - start)))
 
-            decoded = decode_stream(reader, reread, max_line_bytes=max_line_bytes)  # type: ignore[arg-type]
+                decoded = decode_stream(reader, reread, max_line_bytes=max_line_bytes)  # type: ignore[arg-type]
+                sha256 = reader.sha256()
     except OSError as exc:
         raise InputError(f"cannot read batch file {p}: {exc.strerror or exc}", path=str(p)) from None
-    return FileBatch(path=p, sha256=reader.digest.hexdigest(), size=reader.size, decoded=decoded, offset=offset)
+    return FileBatch(path=p, sha256=sha256, size=reader.size, decoded=decoded, offset=offset)
 
 
 def as_batch(source: bytes | FileBatch | BytesBatch) -> FileBatch | BytesBatch:
