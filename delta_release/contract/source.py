@@ -1,7 +1,8 @@
 """A batch as ingest receives it: decoded, identified by its sha256, and able to store itself raw.
 
-`read_batch_file(path)` reads the file once, in bounded chunks, hashing and decoding as it goes: memory
-is about one chunk (16 MiB) plus the line limit plus the decoded events, never the whole file.
+`read_batch_file(path)` reads the file once, in bounded chunks, hashing (on a thread, one block behind at
+most) and decoding as it goes: memory is about two chunks (16 MiB each) plus the line limit plus the
+decoded events, never the whole file.
 `store(raw)` then copies the file into the raw store block by block (`RawStore.put_file`), checking its
 sha256 again. `BytesBatch` gives a batch already in memory the same interface.
 
