@@ -369,7 +369,7 @@ def _in_threads(storage: Storage, read: Any, paths: list[str], check: SchemaChec
         if storage.is_local and not keep_data:  # as a worker process does (`_inspect_files`), chunk by chunk
             base = os.path.join(storage.local_path(), "")
             for i in range(0, len(paths), PROCESS_CHUNK):
-                yield from _zip_answers(_inspect_files(base, read, footers, paths[i:i + PROCESS_CHUNK]))
+                yield from _inspect_files(base, read, footers, paths[i:i + PROCESS_CHUNK])
         else:
             yield from (_answer(read, footers, rel, keep_data) for rel in paths)
         return
@@ -443,19 +443,21 @@ def _start_worker(base: str, check: SchemaCheck | None) -> None:
 
 
 def _inspect_chunk(rels: list[str]) -> Columns:
-    """In a worker process: the Answers of these files as columns, footers as bytes (`_inspect_files`)."""
+    """In a worker process: the Answers of these files (`_inspect_files`) as columns, footers as bytes."""
     assert _JOB is not None
-    return _inspect_files(*_JOB, rels)
+    columns = [list(column) for column in zip(*_inspect_files(*_JOB, rels), strict=True)] or [[]] * 7
+    digests, rows, verdicts, blobs, errors, _, sizes = columns  # no kept data
+    return digests, rows, verdicts, blobs, errors, sizes
 
 
 def _zip_answers(columns: Columns) -> Iterator[Answer]:
-    """The Answers of `_inspect_files`' columns (no kept data)."""
+    """The Answers of a worker's columns."""
     digests, rows, verdicts, blobs, errors, sizes = columns
     return zip(digests, rows, verdicts, blobs, errors, repeat(None), sizes)
 
 
-def _inspect_files(base: str, read: Any, footers: Footers, rels: list[str]) -> Columns:
-    """The Answers of these local files (no kept data) as columns, as a worker process answers a chunk.
+def _inspect_files(base: str, read: Any, footers: Footers, rels: list[str]) -> list[Answer]:
+    """The Answers of these local files (no kept data), as a worker process answers a chunk.
 
     Two passes over the chunk: first every read (system calls only), then every hash and footer (user
     space only). Interleaved, each file's system calls left the footer decoder's code and data cold: the
@@ -489,41 +491,24 @@ def _inspect_files(base: str, read: Any, footers: Footers, rels: list[str]) -> C
                 got.append(None)
         else:
             got.append(data)
-    digests: list[str] = []
-    rows: list[int | None] = []
-    verdicts: list[Verdict | None] = []
-    blobs: list[pq.FileMetaData | bytes | None] = []
-    errors: list[str | None] = []
-    sizes: list[int | None] = []
+    answers: list[Answer] = []
+    answer = answers.append
     sha256 = hashlib.sha256
     for item in got:
         if item is None:
-            digests.append("")
-            rows.append(None)
-            verdicts.append(None)
-            blobs.append(None)
-            errors.append(None)
-            sizes.append(None)
+            answer(_MISSING)
             continue
         if isinstance(item, bytes):
             digest, head, tail, size = sha256(item).hexdigest(), item, item, len(item)
         else:
             digest, head, tail, size, _ = item
-        digests.append(digest)
-        sizes.append(size)
         try:
             count, verdict, footer = footers(head, tail, size)
         except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
-            rows.append(None)
-            verdicts.append(None)
-            blobs.append(None)
-            errors.append(type(exc).__name__)
+            answer((digest, None, None, None, type(exc).__name__, None, size))
             continue
-        rows.append(count)
-        verdicts.append(verdict)
-        blobs.append(footer)
-        errors.append(None)
-    return digests, rows, verdicts, blobs, errors, sizes
+        answer((digest, count, verdict, footer, None, None, size))
+    return answers
 
 
 def _in_processes(base: str, read: Any, paths: list[str], check: SchemaCheck | None,
