@@ -4,16 +4,19 @@ file, on every core, with the Python work per file cut to what the gate needs.
 - Local files are read once, in CHUNK_BYTES `os.read` calls (no buffered-IO objects; a small file is one
   read), each chunk hashed as it arrives, so a large file is never held whole; S3 objects through the
   storage's filesystem. Only regular files are read (a FIFO under a listed name does not block).
-- The footer is parsed by pyarrow's reader from the bytes already read (the whole small file, or the
-  magic + footer of a large one: no second read unless a footer is longer than two chunks), and none of
-  `pq.read_metadata`'s Python wrapping, which cost more than the hashing.
+- The footer comes from the bytes already read (the whole small file, or the magic + footer of a large
+  one: no second read unless a footer is longer than two chunks). A footer of a shape learned earlier in
+  the same inspection (`Footers`, `footershape`: a producer's footers differ only in their row-group
+  numbers and statistics) is answered from a few byte comparisons (~1.5 us); any other is parsed by
+  pyarrow's reader (~30-45 us), without `pq.read_metadata`'s Python wrapping, and teaches a shape.
 - Where the work runs (`pool_for`): many small local files in forked worker processes (the footer reader
   holds the GIL, so threads never ran two at once), large or remote files on a thread pool (hashlib and
   the store release the GIL), a few small files in the calling thread. See `inspect`.
 - The schema is converted to Arrow once per distinct parquet schema, not once per file; the cache key
   is a ParquetSchema made without FileMetaData.schema's reference cycle (`_schema`).
-- A worker answers a chunk as six lists (`Columns`), zipped back into per-file answers in the gate's
-  process; it reads the whole chunk first and decodes the footers after (`_inspect_chunk`).
+- Small local files are read a chunk at a time, then hashed and footer-checked (`_inspect_files`), in a
+  worker process or in the gate's own; a worker answers a chunk as six lists (`Columns`), zipped back
+  into per-file answers in the gate's process.
 - The partition is listed by one `os.scandir` (`scan_directory`, `local_names`): names only, a read
   file's size being the number of bytes its read hashed.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
