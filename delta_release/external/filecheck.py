@@ -69,7 +69,10 @@ CHUNK_BYTES = 8 << 20  # bytes per read: a large file is hashed as it streams, n
 MAGIC = b"PAR1"
 PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread pool pays
 PROCESSES = min(WORKERS, os.cpu_count() or 1)  # worker processes for many small files: one per core
-PROCESS_MIN_FILES = 2000  # from this many small files, forking the workers (~20-40 ms) pays (1,000: a tie)
+# from this many small files, forking the workers (~20-40 ms, and the pickled answers) pays: with footer shapes
+# a small file costs ~8 us in this thread, and on this shared 2-core machine 2 workers measured 1.8-3.4x the
+# hashing floor at 10,000 files against 1.6-1.9x here (30,000: a tie)
+PROCESS_MIN_FILES = 20_000
 PROCESS_CHUNK = 256  # paths per worker task at most
 PROCESS_TASKS = 8  # tasks per worker at least
 MAX_SHAPES = 16  # footer shapes learned per inspection (`Footers`): a producer's files have one or a few
