@@ -39,6 +39,7 @@ PREFETCH_KEYS_PER_BUCKET = 64  # events per bucket from which a batch's days' fi
 MANY_KEYS = 20_000  # unresolved keys from which listing the parent's files beats locating them
 
 Stream = Iterator[tuple[Any, pl.DataFrame]]
+FOUND_COLUMN = "__found"  # in memory only: the key has a row in the frame it was joined with
 PATH_COLUMN = "__path"  # in memory only: the file a kept row was read from (its lake-relative path)
 
 
@@ -261,16 +262,20 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
         # are hashed now, so the keyed hash (Python, about 1.3 us a key) runs on the new keys, not the batch.
         day_files = [e for d in touched for e in files.holding(d, None, n)]
         kept.prefetch(ctx, cols, day_files, n)
-        found = _rows_of_keys(ctx, cols, day_files, distinct, kept, tag_buckets=n)
-        known = found.select(key, BUCKET_COLUMN).filter(pl.col(BUCKET_COLUMN).is_not_null())
-        keys = pl.concat([keyed(distinct.join(known, on=key, how="anti")[key], n, hasher),
-                          known.select(key, pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN), BUCKET_COLUMN)])
-        found = found.drop(BUCKET_COLUMN)
+        if kept.covers(day_files) and kept.whole is not None:  # the days' rows in one frame
+            keys, found, unresolved = _keys_in_frame(cols, kept.whole, distinct, n, hasher)
+        else:
+            found = _rows_of_keys(ctx, cols, day_files, distinct, kept, tag_buckets=n)
+            known = found.select(key, BUCKET_COLUMN).filter(pl.col(BUCKET_COLUMN).is_not_null())
+            keys = pl.concat([keyed(distinct.join(known, on=key, how="anti")[key], n, hasher),
+                              known.select(key, pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN), BUCKET_COLUMN)])
+            found = found.drop(BUCKET_COLUMN)
+            unresolved = keys.join(found.select(key), on=key, how="anti")  # never found: all of them hashed above
     else:  # a small batch: its keys' buckets first, then only those buckets' files
         keys = keyed(events[key], n, hasher)  # key, its keyed hash, its bucket: each key hashed once
         wanted = set(keys[BUCKET_COLUMN].unique().to_list())
         found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], distinct, kept)
-    unresolved = keys.join(found.select(key), on=key, how="anti")  # never found: all of them hashed above
+        unresolved = keys.join(found.select(key), on=key, how="anti")  # never found: all of them hashed above
     prior = found
     if unresolved.height:
         prior = pl.concat([found, _elsewhere(ctx, parent, cols, files, unresolved, touched, n)])
@@ -294,6 +299,22 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     plan.hashed_locations = _moved_locations(rows, key, part, n, hasher)
     kept.only({e.path for e in removes})  # the others go now
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)
+
+
+def _keys_in_frame(cols: Columns, whole: pl.DataFrame, distinct: pl.DataFrame, n: int, hasher: Hasher
+                   ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The batch's keys against `whole`, every row of its days (BUCKET_COLUMN: the file's tag, null for an
+    untagged file), in one join: `keys` (each batch key, its keyed hash or null, its bucket), the prior
+    rows (`whole` itself: the fold joins from the events, so the days' other rows cost nothing) and the
+    keys found nowhere there (with their hash, for the key index). A key found in a tagged file takes the
+    file's bucket; only the others are hashed (`distinct` holds each key once)."""
+    key = cols.key
+    where = distinct.join(whole.select(key, BUCKET_COLUMN, pl.lit(True).alias(FOUND_COLUMN)), on=key, how="left")
+    tagged = where.filter(pl.col(BUCKET_COLUMN).is_not_null())
+    rest = where.filter(pl.col(BUCKET_COLUMN).is_null())  # new keys, and keys of untagged files
+    hashed = keyed(rest[key], n, hasher, distinct=True)  # in the order of `rest`
+    keys = pl.concat([hashed, tagged.select(key, pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN), BUCKET_COLUMN)])
+    return keys, whole.select(cols.row_columns), hashed.filter(rest[FOUND_COLUMN].is_null())
 
 
 def _moved_locations(rows: pl.DataFrame, key: str, part: str, n: int, hasher: Hasher) -> tuple[Any, Any]:
