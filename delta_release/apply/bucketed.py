@@ -24,7 +24,7 @@ import pyarrow.dataset as ds
 
 from .. import _delta, index
 from ..context import TableContext
-from ..index.keys import DAY, NULL_DAY
+from ..index.keys import ABSENT, DAY, NULL_DAY
 from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
 from ..views import partition_filter
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_from
@@ -39,6 +39,7 @@ PREFETCH_KEYS_PER_BUCKET = 64  # events per bucket from which a batch's days' fi
 MANY_KEYS = 20_000  # unresolved keys from which listing the parent's files beats locating them
 
 Stream = Iterator[tuple[Any, pl.DataFrame]]
+DAY_COLUMN = "__day"  # in memory only: the partition the key index names (int32, NULL_DAY for null)
 FOUND_COLUMN = "__found"  # in memory only: the key has a row in the frame it was joined with
 PATH_COLUMN = "__path"  # in memory only: the file a kept row was read from (its lake-relative path)
 
@@ -346,15 +347,17 @@ def _elsewhere(ctx: TableContext, parent: int, cols: Columns, files: _Files, key
         rows = read_rows_from(_delta.scan(ctx.uri, ctx.storage_options, parent), cols)(
             keys=keys[key].to_list(), exclude_days=touched)
         return rows
-    where = keys_index.locate(keys[key].to_list(), upto=parent, hashes=hash_array(keys[HASH_COLUMN]))
-    excluded = set(touched)
-    located = keys.select(key, BUCKET_COLUMN).filter(
-        pl.col(key).is_in(pl.Series(list(where), dtype=pl.String).implode()))
+    where = keys_index.locate_hashed(hash_array(keys[HASH_COLUMN]), upto=parent)
+    found = where != ABSENT
+    if not found.any():
+        return cols.empty()
+    located = keys.select(key, BUCKET_COLUMN).filter(pl.Series(found)).with_columns(
+        pl.Series(DAY_COLUMN, where[found]))
+    excluded = {NULL_DAY if d is None else d for d in touched}
     wanted: dict[Any, set[int]] = {}
-    for k, b in located.iter_rows():
-        d = where[k]
+    for d, b in located.select(DAY_COLUMN, BUCKET_COLUMN).unique().iter_rows():
         if d not in excluded:
-            wanted.setdefault(d, set()).add(b)
+            wanted.setdefault(None if d == NULL_DAY else d, set()).add(b)
     days = sorted(wanted, key=day_order)
     files.load(days)
     return _rows_of_keys(ctx, cols, [e for d in days for e in files.holding(d, wanted[d], n)], located.select(key))

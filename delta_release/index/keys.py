@@ -66,6 +66,7 @@ HASH = np.dtype("S32")  # the full HMAC-SHA256 (see the module docstring for why
 DAY = np.dtype("<i4")
 NULL_DAY = -1  # the null partition (event days are >= 0)
 GONE = -2  # the order left the table (erased) at this step
+ABSENT = -3  # in lookups only: the index names no partition for the key
 DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
@@ -422,32 +423,39 @@ class KeyIndex:
     def locate(self, keys: Iterable[str], *, upto: int, hashes: np.ndarray | None = None) -> dict[str, int | None]:
         """order id -> the partition value the index names for it at `upto` (absent: in no partition).
         `hashes`: the keys' keyed hashes (S32, in order) when the caller has them already."""
-        self.catch_up(upto)
         keys = list(keys)
-        if not keys:
-            return {}
-        h = self._hash(keys) if hashes is None else np.ascontiguousarray(hashes, dtype=HASH)
+        days = self.locate_hashed(self._hash(keys) if hashes is None else hashes, upto=upto)
+        return {k: _day_out(d) for k, d in zip(keys, days.tolist(), strict=True) if d != ABSENT}
+
+    def locate_hashed(self, hashes: np.ndarray, *, upto: int) -> np.ndarray:
+        """`locate` by keyed hashes (S32), without order ids: the partition value of each (int32, in order;
+        NULL_DAY for the null partition, ABSENT where the index names none)."""
+        self.catch_up(upto)
+        h = np.ascontiguousarray(hashes, dtype=HASH)
+        out = np.full(len(h), ABSENT, dtype=DAY)
+        if not len(h):
+            return out
         order = _argsort(h)  # (by 8-byte prefixes: numpy sorts S32 items through a generic compare)
-        names = [keys[i] for i in order.tolist()]
         queries = np.ascontiguousarray(h[order])
         for attempt in range(5):
             try:
-                return self._locate(names, queries, upto)
+                out[order] = self._locate(queries, upto)
+                return out
             except FileNotFoundError:  # a compaction deleted a file we listed: list again
                 if attempt == 4:
                     raise
         raise AssertionError("unreachable")
 
-    def _locate(self, names: list[str], queries: np.ndarray, upto: int) -> dict[str, int | None]:
-        """`names[i]` is the key whose hash is `queries[i]` (sorted)."""
+    def _locate(self, queries: np.ndarray, upto: int) -> np.ndarray:
+        """The partition value of each of the SORTED `queries` (ABSENT: none, or the order left the table)."""
         view = self._view(self._files(), upto)
         if view is None:  # no base: a layout this version does not read
             self.rebuild(upto)
             view = self._view(self._files(), upto)
             assert view is not None
-        out: dict[str, int | None] = {}
-        pending = np.arange(len(names))
-        for f in view:
+        out = np.full(len(queries), ABSENT, dtype=DAY)
+        pending = np.arange(len(queries))
+        for f in view:  # newest first: a hash's first hit is its current entry
             if not len(pending):
                 break
             run, mapped = self._open(f)
@@ -455,13 +463,12 @@ class KeyIndex:
             for lo in range(0, len(pending), LOOKUP_CHUNK):
                 part = pending[lo:lo + LOOKUP_CHUNK]
                 hit, days = _find(run, queries[part])
-                for i, d in zip(part[hit].tolist(), days.tolist(), strict=True):
-                    if d != GONE:
-                        out[names[i]] = _day_out(d)
+                out[part[hit]] = days
                 found[lo:lo + len(part)] = hit
                 if mapped is not None:  # the pages this chunk touched leave our resident set (a large
                     mapped.madvise(mmap.MADV_DONTNEED)  # batch would otherwise map in most of the base)
             pending = pending[~found]
+        out[out == GONE] = ABSENT
         return out
 
     def forget(self, subject_id: str, version: int) -> None:
