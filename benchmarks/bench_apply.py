@@ -141,7 +141,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
         setattr(bk, name, ph.wrap("apply: read parent rows", getattr(bk, name)))
     bk._Kept._read_whole = ph.wrap("apply: read parent rows", bk._Kept._read_whole)  # type: ignore[method-assign]
     bk.keyed = buckets.keyed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
-    KeyIndex.locate = ph.wrap("apply: key index lookup", KeyIndex.locate)  # type: ignore[method-assign]
+    KeyIndex.locate_hashed = ph.wrap("apply: key index lookup", KeyIndex.locate_hashed)  # type: ignore[method-assign]
     bk.fold = ph.wrap("apply: fold", bk.fold)
     RawCopy.kept = ph.wrap("raw store (waiting for its thread)", RawCopy.kept)  # type: ignore[method-assign]
     stage_partitions = ph.wrap(STAGE_PHASE, wr.stage_partitions)
@@ -160,10 +160,10 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     lake.publisher.publish = ph.wrap("publish (catalog)", lake.publisher.publish)
     assert isinstance(lake.raw, RawStore)
     rss0 = maxrss_mb()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     report = lake.ingest(batch)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rss_before_mb": rss0, "open_s": open_s, "phases": ph.table(seconds),
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_s": cpu, "rss_before_mb": rss0, "open_s": open_s, "phases": ph.table(seconds),
             "detail": {"version": report.version, "accepted": report.accepted, "quarantined": report.quarantined,
                        "files_added": len(report.files), "files_removed": len(report.removed)}}
 
@@ -208,13 +208,13 @@ def run_deltalake_jsonl(work: Path, source: Path, batch: Path, days: list[int]) 
     from deltalake import DeltaTable
 
     rss0 = maxrss_mb()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     src = jsonl_to_source(batch)
     decode_s = time.perf_counter() - t0
     dt = DeltaTable(str(work))
     metrics = clauses(dt.merge(src, merge_on(days), source_alias="s", target_alias="t")).execute()
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rss_before_mb": rss0, "phases": {"read_ndjson": round(decode_s, 4)},
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_s": cpu, "rss_before_mb": rss0, "phases": {"read_ndjson": round(decode_s, 4)},
             "detail": _merge_detail(metrics)}
 
 
