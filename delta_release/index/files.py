@@ -269,15 +269,10 @@ class FileIndex:
     def maintain(self) -> None:
         """Merge full tiers (FAN level-0 files -> a level-1 file -> a level-2 file -> a new base), then
         delete what merges replaced more than GRACE_VERSIONS versions ago."""
-        for _ in range(3):  # a concurrent tidy may delete an input we listed: list again
-            try:
-                self._maintain()
-                return
-            except FileNotFoundError:
-                continue
-            except CorruptIndexFile as exc:  # never merge it: its versions are read again from the log
-                self.index.delete(exc.path)
-                return
+        try:
+            tiers.retry_listing(self._maintain)
+        except CorruptIndexFile as exc:  # never merge it: its versions are read again from the log
+            self.index.delete(exc.path)
 
     def _maintain(self) -> None:
         files = self._files()

@@ -313,12 +313,7 @@ class KeyIndex:
         """Merge full tiers (DELTAS_PER_RUN level-0 files -> a level-1 run, RUNS_PER_LEVEL runs -> the
         next level, RUNS_PER_LEVEL level-2 runs + the base -> a new base), then delete what merges
         replaced more than GRACE_VERSIONS versions ago."""
-        for _ in range(3):  # a concurrent tidy may delete an input we listed: list again
-            try:
-                self._maintain()
-                return
-            except FileNotFoundError:
-                continue
+        tiers.retry_listing(self._maintain)
 
     def _maintain(self) -> None:
         files = self._files()

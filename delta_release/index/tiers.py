@@ -8,6 +8,7 @@ reader picks a gap-free chain of files from a listing alone.
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -98,3 +99,14 @@ def read(storage: Storage, path: str) -> tuple[bytes | mmap.mmap, mmap.mmap | No
             return b"", None
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     return mapped, mapped
+
+
+def retry_listing(step: Callable[[], None], attempts: int = 3) -> None:
+    """Run a merge step that works from a listing of tier files; a concurrent tidy may delete an input
+    it listed (FileNotFoundError), in which case it lists again, at most `attempts` times."""
+    for _ in range(attempts):
+        try:
+            step()
+            return
+        except FileNotFoundError:
+            continue
