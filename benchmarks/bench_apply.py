@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,21 +43,64 @@ def clauses(merger: Any) -> Any:
             .when_not_matched_insert(updates=INS, predicate="NOT s.deleted"))
 
 
-# -- phase timing of our pipeline (wraps the stages ingest_batch calls; adds microseconds) ---------------
+# -- phase timing of our pipeline (wraps the functions Lake.ingest calls; adds microseconds) ----------
+
+OTHER = "other (outside the named phases)"
+STAGE_PHASE = "stage (encode + write files + evidence)"
+OVERLAPPED = " (on its thread, overlapped: not in the total)"
+
 
 class Phases:
+    """Exclusive seconds per named phase on the ingest's thread: a phase called inside another (the parent
+    file list inside the plan) counts in its own row only, so the rows add up to the ingest's time and the
+    rest shows as OTHER. A wrapped function called on another thread (the raw copy) gets a row of its own,
+    marked overlapped, outside the sum."""
+
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self._thread = threading.get_ident()
+        self._inner: list[list[float]] = []  # per open phase: seconds of the phases nested in it
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self._thread:
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.add(name + OVERLAPPED, time.perf_counter() - t0)
+            inner = [0.0]
+            self._inner.append(inner)
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+                elapsed = time.perf_counter() - t0
+                self._inner.pop()
+                self.add(name, elapsed - inner[0])
+                if self._inner:
+                    self._inner[-1][0] += elapsed
         return timed
+
+    def iterate(self, name: str, items: Any) -> Any:
+        """`items` (an iterable) with the time of producing each item counted as `name`."""
+        step = self.wrap(name, next)
+        it = iter(items)
+        while True:
+            try:
+                item = step(it)
+            except StopIteration:
+                return
+            yield item
+
+    def table(self, total: float) -> dict[str, float]:
+        """The rows, rounded, with OTHER: the total minus every row on the ingest's thread."""
+        named = sum(v for k, v in self.seconds.items() if not k.endswith(OVERLAPPED))
+        return {k: round(v, 4) for k, v in {**self.seconds, OTHER: total - named}.items()}
 
 
 def open_lake_copy(path: Path) -> Any:
@@ -71,10 +115,14 @@ def open_lake_copy(path: Path) -> Any:
 
 
 def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    import delta_release.apply.bucketed as bk
     import delta_release.commit.writer as wr
     import delta_release.ingest as ing
     import delta_release.parts as parts_mod
+    import delta_release.stage.buckets as buckets
     from delta_release import _delta
+    from delta_release.index.keys import KeyIndex
+    from delta_release.raw.background import RawCopy
     from delta_release.raw.store import RawStore
 
     t0 = time.perf_counter()
@@ -82,30 +130,40 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     open_s = time.perf_counter() - t0
     ph = Phases()
     parts_mod.read_batch_file = ph.wrap("decode", parts_mod.read_batch_file)  # hash + decode (Lake.ingest -> parts)
+    wr.before_work = ph.wrap("writer upkeep (temp sweep, pending erasures, publication)", wr.before_work)
     ing._already_applied = ph.wrap("duplicate check (batch index)", ing._already_applied)
     ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
-    ing.plan_apply = ph.wrap("apply: plan (incl. parent reads)", ing.plan_apply)
-    original_reader = ing.parent_reader
+    ing.plan_bucketed = ph.wrap("apply: plan (the rest)", ing.plan_bucketed)
+    ing.plan_apply = ph.wrap("apply: plan (the rest)", ing.plan_apply)  # a table without buckets
+    _delta.partition_entries = ph.wrap("apply: parent file list", _delta.partition_entries)
+    _delta.file_count = ph.wrap("apply: parent file list", _delta.file_count)
+    for name in ("read_entry", "read_entries"):
+        setattr(bk, name, ph.wrap("apply: read parent rows", getattr(bk, name)))
+    bk._Kept._read_whole = ph.wrap("apply: read parent rows", bk._Kept._read_whole)  # type: ignore[method-assign]
+    bk.keyed = buckets.keyed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
+    KeyIndex.locate_hashed = ph.wrap("apply: key index lookup", KeyIndex.locate_hashed)  # type: ignore[method-assign]
+    bk.fold = ph.wrap("apply: fold", bk.fold)
+    RawCopy.kept = ph.wrap("raw store (waiting for its thread)", RawCopy.kept)  # type: ignore[method-assign]
+    stage_partitions = ph.wrap(STAGE_PHASE, wr.stage_partitions)
 
-    def timed_reader(ctx: Any, parent: int) -> Any:
-        return ph.wrap("apply: read parent rows", original_reader(ctx, parent))
+    def stage_timed(*args: Any, partitions: Any, **kwargs: Any) -> Any:  # a lazy stream: its days' content
+        if not isinstance(partitions, dict):
+            partitions = ph.iterate("apply: new content of each day (stream)", partitions)
+        return stage_partitions(*args, partitions=partitions, **kwargs)
 
-    ing.parent_reader = timed_reader
-    wr.stage_partitions = ph.wrap("stage (write files + evidence)", wr.stage_partitions)
+    wr.stage_partitions = stage_timed
     wr.gate_candidate = ph.wrap("gate", wr.gate_candidate)
     _delta.commit = ph.wrap("commit", _delta.commit)
-    _delta.partition_entries = ph.wrap("parent file list", _delta.partition_entries)
+    wr.record_indexes = ph.wrap("index record (batch + key index)", wr.record_indexes)
     lake.raw.put_file = ph.wrap("raw store", lake.raw.put_file)
     lake.quarantine.write = ph.wrap("quarantine", lake.quarantine.write)
-    wr.recover_publication = ph.wrap("recover publication", wr.recover_publication)
     lake.publisher.publish = ph.wrap("publish (catalog)", lake.publisher.publish)
     assert isinstance(lake.raw, RawStore)
     rss0 = maxrss_mb()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     report = lake.ingest(batch)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rss_before_mb": rss0, "open_s": open_s,
-            "phases": {k: round(v, 4) for k, v in ph.seconds.items()},
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_s": cpu, "rss_before_mb": rss0, "open_s": open_s, "phases": ph.table(seconds),
             "detail": {"version": report.version, "accepted": report.accepted, "quarantined": report.quarantined,
                        "files_added": len(report.files), "files_removed": len(report.removed)}}
 
@@ -150,13 +208,13 @@ def run_deltalake_jsonl(work: Path, source: Path, batch: Path, days: list[int]) 
     from deltalake import DeltaTable
 
     rss0 = maxrss_mb()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     src = jsonl_to_source(batch)
     decode_s = time.perf_counter() - t0
     dt = DeltaTable(str(work))
     metrics = clauses(dt.merge(src, merge_on(days), source_alias="s", target_alias="t")).execute()
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rss_before_mb": rss0, "phases": {"read_ndjson": round(decode_s, 4)},
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu_s": cpu, "rss_before_mb": rss0, "phases": {"read_ndjson": round(decode_s, 4)},
             "detail": _merge_detail(metrics)}
 
 

@@ -57,3 +57,34 @@ def test_prefetch_and_kept_rows_give_the_reference_fold(tmp_path: Path, monkeypa
             for k, v in reference_fold([{**e, "currency": e.get("currency", "INR")} for e in events]).items()}
     assert _current(lake) == want
     assert bool(prefetched) == (prefetch == 0)
+
+
+def test_days_outside_the_kept_rows_take_the_per_day_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large batch whose winners leave days it has no event in (moves out of day 40, deletes of day 41
+    rows): its own days' content is computed at once from the rows it read, the other days' a day at a
+    time, and the table equals the reference fold with one row per order."""
+    at_once: list[list[int]] = []
+    real = bucketed._content_at_once
+    monkeypatch.setattr(bucketed, "_content_at_once", lambda cols, days, *a: at_once.append(sorted(days))
+                        or real(cols, days, *a))
+    lake = dr.Lake.create(tmp_path / "lake")
+    first = [up(f"o{i}", 1 + i, amount=i, day=40 + i % 4) for i in range(800)]  # days 40..43
+    lake.ingest(jsonl(first))
+    second = []
+    for i in range(800):
+        p = 1000 + i
+        if i % 4 == 0:
+            second.append(up(f"o{i}", p, amount=5_000 + i, day=42 + i % 8 // 4))  # day 40 -> 42 or 43
+        elif i % 4 == 1 and i % 8 == 1:
+            second.append(rm(f"o{i}", p, None))  # a tombstone in day 41, which has no event of its own
+        elif i % 4 >= 2:
+            second.append(up(f"o{i}", p, amount=6_000 + i, day=40 + i % 4))
+    second += [up(f"n{i}", 2000 + i, amount=i, day=42) for i in range(100)]
+    lake.ingest(jsonl(second))
+    assert at_once[-1] == [42, 43]  # days 40 and 41 lost rows but were not read with the batch's days
+    events = first + second
+    want = {k: (v["amount_cents"], v["event_day"], v["position"])
+            for k, v in reference_fold([{**e, "currency": e.get("currency", "INR")} for e in events]).items()}
+    rows = lake.read()
+    assert len(rows) == rows["order_id"].n_unique()
+    assert _current(lake) == want

@@ -64,12 +64,15 @@ def _legacy_defs(tmp_path: Path) -> Path:
 def test_orders_has_buckets_and_files_carry_the_tag_in_name_and_evidence(lake: dr.Lake) -> None:
     n = lake.table_def("orders").buckets
     assert n == 8
-    report = lake.ingest(jsonl([up(f"o{i:03d}", i, day=47) for i in range(200)]))
+    report = lake.ingest(jsonl([up(f"o{i:03d}", i, day=47) for i in reversed(range(200))]))
     assert len(report.files) == n  # 200 keys fill every bucket of the day
     for f in report.files:
         b = bucket_of_path(f["path"], n)
         assert b is not None and f["bucket"] == tag(b, n)
     assert assert_tags_hold(lake) == 0
+    for f in report.files:  # each file's rows sorted by key (the events came in another order)
+        keys = _keys_of(lake, f["path"])
+        assert keys == sorted(keys) and len(keys) > 1
     # The Delta schema is unchanged: no bucket column for readers.
     assert set(lake.read().columns) == {"order_id", "position", "amount_cents", "currency", "event_day"}
 

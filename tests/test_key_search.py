@@ -23,6 +23,7 @@ def test_search_equals_numpy_searchsorted(base: list[bytes], extra: list[bytes],
     if not len(h) or not len(queries):
         return
     assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist()
+    assert _search(h, queries, interpolate_min=0).tolist() == np.searchsorted(h, queries).tolist()
     days = np.arange(len(h), dtype=DAY)
     found, got = _find((h, days), queries)
     items = h.tolist()  # (numpy's S32 items drop trailing zero bytes: compare numpy's own values)
@@ -37,6 +38,22 @@ def test_shared_prefixes_take_the_full_compare() -> None:
     assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist() == list(range(1, 21))
     hit = np.array([h[7]], dtype=HASH)
     assert _search(h, hit).tolist() == [7]
+    assert _search(h, queries, interpolate_min=0).tolist() == list(range(1, 21))
+    assert _search(h, hit, interpolate_min=0).tolist() == [7]
+
+
+def test_interpolation_on_uniform_hashes_equals_numpy() -> None:
+    """The large-file path: uniform hashes, queries present and absent, and the ends of the range."""
+    rng = np.random.default_rng(7)
+    h = np.unique(np.frombuffer(rng.bytes(32 * 200_000), dtype=HASH))
+    queries = np.sort(np.concatenate([np.frombuffer(rng.bytes(32 * 5_000), dtype=HASH),
+                                      h[rng.choice(len(h), 5_000, replace=False)],
+                                      np.array([b"\x00" * 31 + b"\x01", b"\xff" * 32, h[0], h[-1]], dtype=HASH)]))
+    got = _search(h, queries)
+    assert got.tolist() == np.searchsorted(h, queries).tolist()
+    assert (got == len(h)).any() and (got == 0).any()
+    found, _ = _find((h, np.zeros(len(h), dtype=DAY)), queries)
+    assert found.tolist() == np.isin(queries, h).tolist() and found.sum() >= 5_002
 
 
 @settings(max_examples=200, deadline=None)

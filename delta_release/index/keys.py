@@ -20,15 +20,16 @@ Storage: flat files under `<lake>/_index/<table>/<table id>/keys/` (local or S3)
 Every `.kx` file is create-only (named by the versions it covers, so two writers that merge the same
 inputs write the same name and bytes; the loser's create fails) and holds `MAGIC`, a count n, then n
 sorted 32-byte hashes, then n int32 partition values (`NULL_DAY` for the null partition, `GONE` for an
-order that left the table at that step). A lookup takes the newest base at or below its version and
-the chain of files after it, newest first, and searches each with a binary search of the sorted hash
-column (memory-mapped on local disk, so it touches a few pages per key, released every LOOKUP_CHUNK
-keys; on S3 the file is read whole, as `Storage` has no range read yet). Writers compact in `record`
-(not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 * RUNS_PER_LEVEL + 1 files whatever
-the number of versions; a file replaced by a merge is deleted GRACE_VERSIONS versions later (a reader
-that still hits a deleted file lists again). One commit writes one file; a base is rewritten once every
-DELTAS_PER_RUN * RUNS_PER_LEVEL**2 commits (amortised, and the one cost that grows with the table: that
-writer holds the base in memory, about 2 x 36 bytes per order, e.g. 360 MB at 5M orders).
+order that left the table at that step). A lookup takes the newest base at or below its version and the
+chain of files after it, newest first, and searches each for the keys' hashes (interpolation on the
+sorted, uniform hash column, `_search`; memory-mapped on local disk, so it touches a few pages per key,
+released every LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet).
+Writers compact in `record` (not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 *
+RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a merge is deleted
+GRACE_VERSIONS versions later (a reader that still hits a deleted file lists again). One commit writes
+one file; a base is rewritten once every DELTAS_PER_RUN * RUNS_PER_LEVEL**2 commits (amortised, and the
+one cost that grows with the table: that writer holds the base in memory, about 2 x 36 bytes per order,
+e.g. 360 MB at 5M orders).
 
 A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer
 crashed after its commit, or another path committed) are rebuilt from those commits' evidence (the files
@@ -65,10 +66,14 @@ HASH = np.dtype("S32")  # the full HMAC-SHA256 (see the module docstring for why
 DAY = np.dtype("<i4")
 NULL_DAY = -1  # the null partition (event days are >= 0)
 GONE = -2  # the order left the table (erased) at this step
+ABSENT = -3  # in lookups only: the index names no partition for the key
 DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
 LOOKUP_CHUNK = 1024  # keys searched per step: peak memory of a lookup is bounded by this, not the base
+INTERPOLATE_MIN = 4096  # hashes in a file from which `_search` interpolates (fewer: numpy's binary search)
+INTERPOLATION_STEPS = 2
+SEARCH_WINDOW = 64  # places either side of the interpolated position (2 steps on 5M hashes: within ~50)
 
 
 Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partition values (int32)
@@ -163,22 +168,56 @@ def _prefix(h: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(h.view(np.uint8).reshape(-1, 32)[:, :8]).view(">u8").ravel().astype(np.uint64)
 
 
-def _search(h: np.ndarray, queries: np.ndarray) -> np.ndarray:
+def _search(h: np.ndarray, queries: np.ndarray, *, interpolate_min: int = INTERPOLATE_MIN) -> np.ndarray:
     """`np.searchsorted(h, queries)` for SORTED `queries`, wherever a query is in `h`. numpy compares S32
-    items through a generic byte-string path (about 1.4 us a query on a million hashes); here only the slice
-    of `h` between the first and the last query is searched, by 8-byte prefixes as integers (about 3x
-    faster). That position counts the hashes with a smaller prefix: it is exact unless a smaller hash shares
-    the query's prefix (odds about n / 2**64), and such a query is searched again with the full compare."""
-    lo = int(np.searchsorted(h, queries[0]))
-    hi = int(np.searchsorted(h, queries[-1], side="right"))
+    items through a generic byte-string path (about 1 us a query on 5M hashes), and comparing 8-byte
+    prefixes as integers over the span of the queries copies the prefix of every hash in it (a batch's
+    keys span the whole file: all of it, 60-100 ms at 5M). A file of `interpolate_min` hashes or more is
+    searched by interpolation instead (`_first_at_least`): the hashes are uniform (keyed HMACs), so a
+    query's position is estimated from its prefix and a few gathered prefixes, about 1 ms per 10k queries.
+    That position counts the hashes with a smaller prefix: it is exact unless a smaller hash shares the
+    query's prefix (odds about n / 2**64), and such a query is searched again with the full compare, as
+    is any whose estimate missed (a non-uniform file)."""
+    if len(h) < interpolate_min:
+        return np.searchsorted(h, queries)
     qp = _prefix(queries)
-    idx = np.searchsorted(_prefix(h[lo:hi]), qp) + lo
+    idx = _first_at_least(h, qp)
+    missed = np.flatnonzero(idx < 0)
+    if len(missed):
+        idx[missed] = np.searchsorted(h, queries[missed])
     inside = np.flatnonzero(idx < len(h))
     at = h[idx[inside]]
     shared = inside[(_prefix(at) == qp[inside]) & (at != queries[inside])]
     if len(shared):
         idx[shared] = np.searchsorted(h, queries[shared])
     return idx
+
+
+def _first_at_least(h: np.ndarray, qp: np.ndarray) -> np.ndarray:
+    """For each prefix in `qp` (uint64): the first position in `h` whose 8-byte prefix is >= it, or -1
+    where the estimate's window does not hold that position. Interpolation (position ~ prefix / 2**64 x n,
+    corrected INTERPOLATION_STEPS times from the prefix found there) lands within a few dozen places on
+    uniform hashes; a binary search of the SEARCH_WINDOW places either side, once both ends are checked to
+    bracket the answer, finishes it. Touches a few pages of `h` per query (gathers of one 8-byte word)."""
+    n = len(h)
+    first = np.ascontiguousarray(h).view(">u8")[::4]  # each hash's first 8 bytes (a view: no copy)
+    scale = n / 2.0**64
+    target = qp.astype(np.float64)
+    at = np.clip((target * scale).astype(np.int64), 0, n - 1)
+    for _ in range(INTERPOLATION_STEPS):
+        at = np.clip(at + ((target - first[at].astype(np.float64)) * scale).astype(np.int64), 0, n - 1)
+    lo, hi = np.clip(at - SEARCH_WINDOW, 0, n), np.clip(at + SEARCH_WINDOW, 0, n)
+    bracketed = (((lo == 0) | (first[np.maximum(lo - 1, 0)] < qp))
+                 & ((hi == n) | (first[np.minimum(hi, n - 1)] >= qp)))
+    while True:  # [lo, hi) holds the answer or it is hi
+        active = lo < hi
+        if not active.any():
+            break
+        mid = (lo + hi) // 2
+        below = active & (first[np.minimum(mid, n - 1)] < qp)
+        lo = np.where(below, mid + 1, lo)
+        hi = np.where(active & ~below, mid, hi)
+    return np.where(bracketed, lo, -1)
 
 
 def _find(run: Run, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -379,32 +418,39 @@ class KeyIndex:
     def locate(self, keys: Iterable[str], *, upto: int, hashes: np.ndarray | None = None) -> dict[str, int | None]:
         """order id -> the partition value the index names for it at `upto` (absent: in no partition).
         `hashes`: the keys' keyed hashes (S32, in order) when the caller has them already."""
-        self.catch_up(upto)
         keys = list(keys)
-        if not keys:
-            return {}
-        h = self._hash(keys) if hashes is None else np.ascontiguousarray(hashes, dtype=HASH)
-        order = np.argsort(h, kind="stable")
-        names = [keys[i] for i in order.tolist()]
+        days = self.locate_hashed(self._hash(keys) if hashes is None else hashes, upto=upto)
+        return {k: _day_out(d) for k, d in zip(keys, days.tolist(), strict=True) if d != ABSENT}
+
+    def locate_hashed(self, hashes: np.ndarray, *, upto: int) -> np.ndarray:
+        """`locate` by keyed hashes (S32), without order ids: the partition value of each (int32, in order;
+        NULL_DAY for the null partition, ABSENT where the index names none)."""
+        self.catch_up(upto)
+        h = np.ascontiguousarray(hashes, dtype=HASH)
+        out = np.full(len(h), ABSENT, dtype=DAY)
+        if not len(h):
+            return out
+        order = _argsort(h)  # (by 8-byte prefixes: numpy sorts S32 items through a generic compare)
         queries = np.ascontiguousarray(h[order])
         for attempt in range(5):
             try:
-                return self._locate(names, queries, upto)
+                out[order] = self._locate(queries, upto)
+                return out
             except FileNotFoundError:  # a compaction deleted a file we listed: list again
                 if attempt == 4:
                     raise
         raise AssertionError("unreachable")
 
-    def _locate(self, names: list[str], queries: np.ndarray, upto: int) -> dict[str, int | None]:
-        """`names[i]` is the key whose hash is `queries[i]` (sorted)."""
+    def _locate(self, queries: np.ndarray, upto: int) -> np.ndarray:
+        """The partition value of each of the SORTED `queries` (ABSENT: none, or the order left the table)."""
         view = self._view(self._files(), upto)
         if view is None:  # no base: a layout this version does not read
             self.rebuild(upto)
             view = self._view(self._files(), upto)
             assert view is not None
-        out: dict[str, int | None] = {}
-        pending = np.arange(len(names))
-        for f in view:
+        out = np.full(len(queries), ABSENT, dtype=DAY)
+        pending = np.arange(len(queries))
+        for f in view:  # newest first: a hash's first hit is its current entry
             if not len(pending):
                 break
             run, mapped = self._open(f)
@@ -412,13 +458,12 @@ class KeyIndex:
             for lo in range(0, len(pending), LOOKUP_CHUNK):
                 part = pending[lo:lo + LOOKUP_CHUNK]
                 hit, days = _find(run, queries[part])
-                for i, d in zip(part[hit].tolist(), days.tolist(), strict=True):
-                    if d != GONE:
-                        out[names[i]] = _day_out(d)
+                out[part[hit]] = days
                 found[lo:lo + len(part)] = hit
                 if mapped is not None:  # the pages this chunk touched leave our resident set (a large
                     mapped.madvise(mmap.MADV_DONTNEED)  # batch would otherwise map in most of the base)
             pending = pending[~found]
+        out[out == GONE] = ABSENT
         return out
 
     def forget(self, subject_id: str, version: int) -> None:

@@ -68,10 +68,12 @@ def bucket_of_keys(keys: Iterable[str], buckets: int, hasher: Hasher) -> list[in
     return [int(b) for b in buckets_of_digests(digests(list(keys), hasher), buckets)]
 
 
-def keyed(keys: pl.Series, buckets: int, hasher: Hasher) -> pl.DataFrame:
+def keyed(keys: pl.Series, buckets: int, hasher: Hasher, *, distinct: bool = False) -> pl.DataFrame:
     """Distinct `keys` with their keyed hash (HASH_COLUMN, 32 bytes) and bucket (BUCKET_COLUMN): each key
-    hashed once, a chunk of Python strings at a time."""
-    keys = keys.unique()
+    hashed once, a chunk of Python strings at a time. `distinct`: the caller's keys are distinct already;
+    the rows are then in their order."""
+    if not distinct:
+        keys = keys.unique()
     raw: list[bytes] = []
     for start in range(0, len(keys), HASH_CHUNK):
         raw.append(digests(keys.slice(start, HASH_CHUNK).to_list(), hasher))

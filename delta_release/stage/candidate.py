@@ -172,7 +172,11 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
             pieces: list[tuple[str | None, pa.Table]]
             if buckets and key:  # one sort by (bucket, key) and one Arrow conversion per group, then slices
                 assert hasher is not None, "bucketed staging needs the keyed hasher"
-                split = with_buckets(frame, key, buckets, hasher).sort([BUCKET_COLUMN, key])
+                # By key, then stably by bucket: Polars sorts one string column much faster than the pair
+                # (bucket, key), whose ties it breaks by a generic compare, and a group's ~20k rows sort
+                # faster on one thread than on a pool that the encoding threads are using.
+                split = (with_buckets(frame, key, buckets, hasher).sort(key, multithreaded=False)
+                         .sort(BUCKET_COLUMN, maintain_order=True, multithreaded=False))
                 counts = split.group_by(BUCKET_COLUMN, maintain_order=True).len()
                 data = split.drop(partition_column, BUCKET_COLUMN).to_arrow().cast(file_schema)
                 pieces, offset = [], 0
