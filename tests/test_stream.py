@@ -43,6 +43,8 @@ def test_chunked_equals_whole(lines: list[bytes], end: bytes, bom: bool, last_en
     data = (BOM if bom else b"") + end.join(lines) + (end if last_end and lines else b"")
     whole = decode_batch(data, max_line_bytes=limit)
     assert summary(streamed(data, limit, chunk)) == summary(whole)
+    # a batch in memory is cut into slices of itself (lines.iter_memory_chunks): the same at any chunk size
+    assert summary(decode_batch(data, max_line_bytes=limit, chunk_bytes=chunk)) == summary(whole)
     split = split_lines(data)
     assert whole.extracted == len(split)
     too_long = {i for i, ln in enumerate(split, start=1) if len(ln) > limit}

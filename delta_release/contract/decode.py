@@ -7,7 +7,6 @@ keys and numbers that are not plain integers are rejected rather than coerced.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -19,7 +18,7 @@ import polars as pl
 
 from . import fast
 from .fast import EVENT_SCHEMA
-from .lines import CHUNK_BYTES, Chunk, LongLine, iter_chunks
+from .lines import CHUNK_BYTES, Chunk, LongLine, iter_chunks, iter_memory_chunks
 from .lines import max_line_bytes as line_limit
 from .reasons import Reason
 
@@ -434,6 +433,9 @@ def decode_stream(reader: BinaryIO, read: Callable[[int, int], bytes], *, max_li
     return decode_chunks(iter_chunks(reader, max_line=limit, chunk_bytes=chunk_bytes), read, max_line=limit)
 
 
-def decode_batch(data: bytes, *, max_line_bytes: int | None = None) -> DecodedBatch:
+def decode_batch(data: bytes, *, max_line_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> DecodedBatch:
     """Decode every line of a batch. The caller enforces accepted + quarantined == extracted."""
-    return decode_stream(io.BytesIO(data), lambda off, n: data[off:off + n], max_line_bytes=max_line_bytes)
+    limit = line_limit(max_line_bytes)
+    data = bytes(data)  # a memoryview or bytearray: one copy, as reading it did before
+    return decode_chunks(iter_memory_chunks(data, max_line=limit, chunk_bytes=chunk_bytes),
+                         lambda off, n: data[off:off + n], max_line=limit)

@@ -133,3 +133,29 @@ def iter_chunks(reader: BinaryIO, *, max_line: int, chunk_bytes: int = CHUNK_BYT
         yield LongLine(skipping[0], skipping[1], skipping[2] - (1 if skipping[3] else 0))
     elif carry:
         yield Chunk(carry + b"\n", line, pos, np.array([0, len(carry) + 1], dtype=np.int64))
+
+
+def iter_memory_chunks(data: bytes, *, max_line: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk | LongLine]:
+    """`iter_chunks` for a batch already in memory: each chunk is one slice of `data` (the reader's copy and
+    the join of a carried line are saved). Chunk boundaries may differ from `iter_chunks`'; what a decoder
+    makes of them does not: a line over the limit is a `LongLine` here when no line ends within the block,
+    else the decoder rejects it by length inside its chunk, with the same line, offset and length."""
+    size, block = len(data), max(chunk_bytes, 1)
+    pos = len(BOM) if data.startswith(BOM) else 0
+    line = 1
+    while pos < size:
+        last = data.rfind(b"\n", pos, min(pos + block, size))
+        if last < 0:  # no line ends within the block: the line at `pos` is longer than the block
+            nl = data.find(b"\n", pos)
+            end = size if nl < 0 else nl
+            length = end - pos - (1 if end > pos and data[end - 1] == 13 else 0)
+            if length > max_line:
+                yield LongLine(line, pos, length)
+                line, pos = line + 1, end + 1
+                continue
+            last = end
+        whole = data[pos:last + 1] if last < size else data[pos:] + b"\n"
+        starts = line_starts(whole)
+        yield Chunk(whole, line, pos, starts)
+        line += len(starts) - 1
+        pos = last + 1
