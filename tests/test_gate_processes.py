@@ -164,6 +164,7 @@ def _entry(i: int, **over: Any) -> dict[str, Any]:
     None, {"sha256": "A" * 64}, {"sha256": "0" * 63}, {"size_bytes": True}, {"records": -1}, {"size_bytes": 1.0},
     {"path": "hour=09/f-1.parquet"}, {"path": "hour=09/f-9.parquet\n"}, {"path": "hour=10/f-9.parquet"},
     {"path": "hour=09/x/f-9.parquet"}, {"path": 7}, {"extra": 1}, {"sha256": f"{9:064x}\n"},
+    {"sha256": "\u0663" * 64}, {"sha256": "\ud800" + "0" * 63}, {"sha256": "0" * 65}, {"sha256": "g" * 64},
 ])
 def test_manifest_fast_path_accepts_and_refuses_as_the_entry_by_entry_parse(
         lake: dr.Lake, monkeypatch: pytest.MonkeyPatch, bad: dict[str, Any] | None) -> None:

@@ -4,16 +4,19 @@ file, on every core, with the Python work per file cut to what the gate needs.
 - Local files are read once, in CHUNK_BYTES `os.read` calls (no buffered-IO objects; a small file is one
   read), each chunk hashed as it arrives, so a large file is never held whole; S3 objects through the
   storage's filesystem. Only regular files are read (a FIFO under a listed name does not block).
-- The footer is parsed by pyarrow's reader from the bytes already read (the whole small file, or the
-  magic + footer of a large one: no second read unless a footer is longer than two chunks), and none of
-  `pq.read_metadata`'s Python wrapping, which cost more than the hashing.
+- The footer comes from the bytes already read (the whole small file, or the magic + footer of a large
+  one: no second read unless a footer is longer than two chunks). A footer of a shape learned earlier in
+  the same inspection (`Footers`, `footershape`: a producer's footers differ only in their row-group
+  numbers and statistics) is answered from a few byte comparisons (~1.5 us); any other is parsed by
+  pyarrow's reader (~30-45 us), without `pq.read_metadata`'s Python wrapping, and teaches a shape.
 - Where the work runs (`pool_for`): many small local files in forked worker processes (the footer reader
   holds the GIL, so threads never ran two at once), large or remote files on a thread pool (hashlib and
   the store release the GIL), a few small files in the calling thread. See `inspect`.
 - The schema is converted to Arrow once per distinct parquet schema, not once per file; the cache key
   is a ParquetSchema made without FileMetaData.schema's reference cycle (`_schema`).
-- A worker answers a chunk as six lists (`Columns`), zipped back into per-file answers in the gate's
-  process; it reads the whole chunk first and decodes the footers after (`_inspect_chunk`).
+- Small local files are read a chunk at a time, then hashed and footer-checked (`_inspect_files`), in a
+  worker process or in the gate's own; a worker answers a chunk as six lists (`Columns`), zipped back
+  into per-file answers in the gate's process.
 - The partition is listed by one `os.scandir` (`scan_directory`, `local_names`): names only, a read
   file's size being the number of bytes its read hashed.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
@@ -44,6 +47,7 @@ import pyarrow.parquet as pq
 
 from ..stage.candidate import STATS_COLUMNS
 from ..storage import Storage
+from . import footershape
 
 try:  # the reader under pq.ParquetFile; fall back to the public API if a pyarrow release moves it
     from pyarrow._parquet import ParquetReader as _Reader
@@ -65,9 +69,13 @@ CHUNK_BYTES = 8 << 20  # bytes per read: a large file is hashed as it streams, n
 MAGIC = b"PAR1"
 PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread pool pays
 PROCESSES = min(WORKERS, os.cpu_count() or 1)  # worker processes for many small files: one per core
-PROCESS_MIN_FILES = 2000  # from this many small files, forking the workers (~20-40 ms) pays (1,000: a tie)
+# from this many small files, forking the workers (~20-40 ms, and the pickled answers) pays: with footer shapes
+# a small file costs ~8 us in this thread, and on this shared 2-core machine 2 workers measured 1.8-3.4x the
+# hashing floor at 10,000 files against 1.6-1.9x here (30,000: a tie)
+PROCESS_MIN_FILES = 20_000
 PROCESS_CHUNK = 256  # paths per worker task at most
 PROCESS_TASKS = 8  # tasks per worker at least
+MAX_SHAPES = 16  # footer shapes learned per inspection (`Footers`): a producer's files have one or a few
 
 
 Verdict = tuple[bool, list[str]]  # SchemaCheck's answer: (schema ok, the file's column names)
@@ -241,19 +249,60 @@ def _can_fork() -> bool:
 _MISSING: Answer = ("", None, None, None, None, None, None)
 
 
-def _answer(read: Any, check: SchemaCheck | None, rel: str, keep_data: bool = False) -> Answer:
-    """Read, hash and footer-check one file in this process (pyarrow's reader); an unreadable footer is an
-    error value, never an exception, and so is a name with no regular file."""
+class Footers:
+    """The footer check of one inspection: (rows, schema verdict, footer) of a file, or the exception of
+    pyarrow's reader (FooterError when there is no footer to read).
+
+    A footer of a shape already learned (`footershape`: a producer's footers differ only in their
+    numbers and statistics) is answered from a few byte comparisons: its row count read from its slot,
+    the verdict learned with the shape, the footer kept as bytes (parsed when the commit asks for its
+    statistics). Any other footer goes to pyarrow's reader (`_read`), and a shape is learned from it
+    when the reader accepts it (MAX_SHAPES at most). A footer has a shape only if the reader would read
+    it the same way, so answers do not depend on which path gave them."""
+
+    def __init__(self, check: SchemaCheck | None) -> None:
+        self.check = check
+        self.shapes: dict[int, list[footershape.Shape]] = {}  # by the length of their thrift
+        self.learned = 0
+
+    def __call__(self, head: bytes, tail: bytes, size: int) -> tuple[int, Verdict | None, pq.FileMetaData | bytes]:
+        if not head.startswith(MAGIC):
+            raise FooterError("no parquet magic at the start of the file")
+        end = len(tail) - 8
+        start = end - _footer_span(tail, size)
+        for shape in self.shapes.get(end - start, ()):
+            rows = shape.rows(tail, start, end)
+            if rows is not None:
+                return rows, shape.answer, MAGIC + tail[start:]
+        rows, verdict, footer = self._read(head, tail, size, start)
+        if self.learned < MAX_SHAPES:
+            learned = footershape.learn(tail, start, end, verdict)
+            # kept only if it answers this very footer as the reader did (a check of the learning itself)
+            if learned is not None and learned.rows(tail, start, end) == rows:
+                self.shapes.setdefault(end - start, []).append(learned)
+                self.learned += 1
+        return rows, verdict, footer
+
+    def _read(self, head: bytes, tail: bytes, size: int, start: int) -> tuple[int, Verdict | None,
+                                                                             pq.FileMetaData | bytes]:
+        """The reader's answer: (rows, verdict, FileMetaData), or its exception."""
+        meta = _metadata(head, tail, size)
+        return meta.num_rows, self.check(meta) if self.check is not None else None, meta
+
+
+def _answer(read: Any, footers: Footers, rel: str, keep_data: bool = False) -> Answer:
+    """Read, hash and footer-check one file in this process; an unreadable footer is an error value,
+    never an exception, and so is a name with no regular file."""
     try:
         digest, head, tail, size, data = read(rel)
     except NotAFile:
         return _MISSING
     kept = data if keep_data else None
     try:
-        meta = _metadata(head, tail, size)
+        rows, verdict, footer = footers(head, tail, size)
     except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
         return digest, None, None, None, type(exc).__name__, kept, size
-    return digest, meta.num_rows, check(meta) if check is not None else None, meta, None, kept, size
+    return digest, rows, verdict, footer, None, kept, size
 
 
 class Answers:
@@ -321,14 +370,20 @@ def inspect(storage: Storage, paths: list[str], *, keep_data: bool = False,
 
 def _in_threads(storage: Storage, read: Any, paths: list[str], check: SchemaCheck | None, keep_data: bool,
                 total_bytes: int | None) -> Iterator[Answer]:
+    footers = Footers(check)
     if threads_for(storage, len(paths), total_bytes) < 2:
-        yield from (_answer(read, check, rel, keep_data) for rel in paths)
+        if storage.is_local and not keep_data:  # as a worker process does (`_inspect_files`), chunk by chunk
+            base = os.path.join(storage.local_path(), "")
+            for i in range(0, len(paths), PROCESS_CHUNK):
+                yield from _inspect_files(base, read, footers, paths[i:i + PROCESS_CHUNK])
+        else:
+            yield from (_answer(read, footers, rel, keep_data) for rel in paths)
         return
     # chunks of paths, so that a future per tiny file does not cost more than the file
     size = max(1, min(CHUNK, len(paths) // (4 * WORKERS)))
     chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="gate") as pool:
-        for answers in pool.map(lambda chunk: [_answer(read, check, rel, keep_data) for rel in chunk], chunks):
+        for answers in pool.map(lambda chunk: [_answer(read, footers, rel, keep_data) for rel in chunk], chunks):
             yield from answers
 
 
@@ -337,13 +392,14 @@ _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ENXIO)  # no regular file under the 
 # A worker's answer for a chunk, one list per field of Answer but the kept data (digests, rows, verdicts,
 # footers, errors, sizes): six pickled lists instead of a tuple per file, zipped back into Answers in the
 # gate's process at C speed.
-Columns = tuple[list[str], list[int | None], list[Verdict | None], list[bytes | None], list[str | None],
-                list[int | None]]
+Columns = tuple[list[str], list[int | None], list[Verdict | None], list["pq.FileMetaData | bytes | None"],
+                list[str | None], list[int | None]]
 
 
-class _WorkerFooters:
-    """A worker process's footer check: pyarrow's thrift decoder alone for each file, and the full reader
-    (what `_metadata` runs in this process) once per distinct parquet schema and key-value metadata.
+class _WorkerFooters(Footers):
+    """A worker process's footer check: a learned shape's match (`Footers`), else pyarrow's thrift
+    decoder alone, and the full reader (what `_metadata` runs in this process) once per distinct parquet
+    schema and key-value metadata. Footers are answered as bytes.
 
     The reader does two things: it decodes the footer's thrift into FileMetaData (the same decoder,
     limits and schema-tree checks as `_reconstruct_filemetadata`, ~2.5x cheaper without the rest), and
@@ -355,25 +411,21 @@ class _WorkerFooters:
     with the reader (`_answers`): a corrupt footer gives the same refusal either way."""
 
     def __init__(self, check: SchemaCheck | None) -> None:
-        self.check = check
+        super().__init__(check)
         self.seen: list[tuple[Any, Any, tuple[bool, list[str]] | None]] = []
 
-    def __call__(self, head: bytes, tail: bytes, size: int) -> tuple[int, tuple[bool, list[str]] | None, bytes]:
-        """(rows, schema verdict, footer bytes) of a file, or FooterError / the reader's exception."""
-        if head[:4] != MAGIC:
-            raise FooterError("no parquet magic at the start of the file")
-        length = _footer_span(tail, size)
-        footer = tail[len(tail) - 8 - length:]  # thrift, length, magic
-        meta = _decode_thrift(pa.py_buffer(footer[:-8]))
+    def _read(self, head: bytes, tail: bytes, size: int, start: int) -> tuple[int, Verdict | None, bytes]:
+        """(rows, schema verdict, footer bytes: magic, thrift, length, magic), or the reader's exception."""
+        meta = _decode_thrift(pa.py_buffer(tail[start:-8]))
         schema, kv = _schema(meta), meta.metadata
         for known, known_kv, verdict in self.seen:
             if known_kv == kv and schema.equals(known):
-                return meta.num_rows, verdict, footer
+                return meta.num_rows, verdict, MAGIC + tail[start:]
         full = _metadata(head, tail, size)  # the reader: raises what it raises in the gate's process
         verdict = self.check(full) if self.check is not None else None
         if len(self.seen) < 16:
             self.seen.append((schema, kv, verdict))
-        return meta.num_rows, verdict, footer
+        return meta.num_rows, verdict, MAGIC + tail[start:]
 
 
 def _start_worker(base: str, check: SchemaCheck | None) -> None:
@@ -397,7 +449,21 @@ def _start_worker(base: str, check: SchemaCheck | None) -> None:
 
 
 def _inspect_chunk(rels: list[str]) -> Columns:
-    """In a worker process: the Answers of these files as columns, footers as bytes.
+    """In a worker process: the Answers of these files (`_inspect_files`) as columns, footers as bytes."""
+    assert _JOB is not None
+    columns = [list(column) for column in zip(*_inspect_files(*_JOB, rels), strict=True)] or [[]] * 7
+    digests, rows, verdicts, blobs, errors, _, sizes = columns  # no kept data
+    return digests, rows, verdicts, blobs, errors, sizes
+
+
+def _zip_answers(columns: Columns) -> Iterator[Answer]:
+    """The Answers of a worker's columns."""
+    digests, rows, verdicts, blobs, errors, sizes = columns
+    return zip(digests, rows, verdicts, blobs, errors, repeat(None), sizes)
+
+
+def _inspect_files(base: str, read: Any, footers: Footers, rels: list[str]) -> list[Answer]:
+    """The Answers of these local files (no kept data), as a worker process answers a chunk.
 
     Two passes over the chunk: first every read (system calls only), then every hash and footer (user
     space only). Interleaved, each file's system calls left the footer decoder's code and data cold: the
@@ -405,8 +471,6 @@ def _inspect_chunk(rels: list[str]) -> Columns:
     not growing) is read inline: one open, fstat, read and close, with no function call or tuple per
     file; anything else goes through `read_local`, which streams (and hashes), and names a vanished or
     irregular file."""
-    assert _JOB is not None
-    base, read, footers = _JOB
     opn, fstat, rd, close, is_reg = os.open, os.fstat, os.read, os.close, stat.S_ISREG
     flags, limit = os.O_RDONLY | os.O_NONBLOCK, CHUNK_BYTES
     got: list[bytes | tuple[str, bytes, bytes, int, bytes | None] | None] = []  # data, read()'s answer, or None
@@ -433,41 +497,24 @@ def _inspect_chunk(rels: list[str]) -> Columns:
                 got.append(None)
         else:
             got.append(data)
-    digests: list[str] = []
-    rows: list[int | None] = []
-    verdicts: list[Verdict | None] = []
-    blobs: list[bytes | None] = []
-    errors: list[str | None] = []
-    sizes: list[int | None] = []
+    answers: list[Answer] = []
+    answer = answers.append
     sha256 = hashlib.sha256
     for item in got:
         if item is None:
-            digests.append("")
-            rows.append(None)
-            verdicts.append(None)
-            blobs.append(None)
-            errors.append(None)
-            sizes.append(None)
+            answer(_MISSING)
             continue
         if isinstance(item, bytes):
             digest, head, tail, size = sha256(item).hexdigest(), item, item, len(item)
         else:
             digest, head, tail, size, _ = item
-        digests.append(digest)
-        sizes.append(size)
         try:
             count, verdict, footer = footers(head, tail, size)
         except Exception as exc:  # noqa: BLE001 - any unreadable footer is a gate failure
-            rows.append(None)
-            verdicts.append(None)
-            blobs.append(None)
-            errors.append(type(exc).__name__)
+            answer((digest, None, None, None, type(exc).__name__, None, size))
             continue
-        rows.append(count)
-        verdicts.append(verdict)
-        blobs.append(MAGIC + footer)
-        errors.append(None)
-    return digests, rows, verdicts, blobs, errors, sizes
+        answer((digest, count, verdict, footer, None, None, size))
+    return answers
 
 
 def _in_processes(base: str, read: Any, paths: list[str], check: SchemaCheck | None,
@@ -487,15 +534,15 @@ def _in_processes(base: str, read: Any, paths: list[str], check: SchemaCheck | N
 
 def _answers(pool: ProcessPoolExecutor, chunks: list[list[str]], futures: list[Future[Any]], read: Any,
              check: SchemaCheck | None) -> Iterator[Answer]:
+    footers = Footers(check)  # for the chunks of a dead worker
     try:
         for chunk, future in zip(chunks, futures, strict=True):
             try:
                 columns = future.result()
             except BrokenProcessPool:  # a worker died: this chunk (and every later one) is done here
-                yield from (_answer(read, check, rel) for rel in chunk)
+                yield from (_answer(read, footers, rel) for rel in chunk)
             else:
-                digests, rows, verdicts, blobs, errors, sizes = columns
-                yield from zip(digests, rows, verdicts, blobs, errors, repeat(None), sizes)
+                yield from _zip_answers(columns)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -149,8 +149,12 @@ def _well_formed(raw_files: list[Any], directory: str) -> list[ManifestFile] | N
             or len(set(paths)) != len(paths)):
         return None
     name = re.escape(directory) + r"/[A-Za-z0-9][A-Za-z0-9._=-]*\.parquet"  # no newline in a name
-    if (re.fullmatch(f"{name}(?:\n{name})*", "\n".join(paths)) is None
-            or re.fullmatch(r"[0-9a-f]{64}(?:\n[0-9a-f]{64})*", "\n".join(shas)) is None):
+    if re.fullmatch(f"{name}(?:\n{name})*", "\n".join(paths)) is None:
+        return None
+    # 64 lower-case hex digits each: every length 64, and nothing left of the joined digests once the hex
+    # digits are deleted (8x faster than a pattern over them)
+    hexes = "".join(shas)
+    if set(map(len, shas)) != {64} or not hexes.isascii() or hexes.encode().translate(None, b"0123456789abcdef"):
         return None
     # tuple.__new__ straight from the zipped columns: a C call per entry (the named tuple's own __new__ and
     # _make are Python functions, ~1 us each); zip of four equal columns gives exactly the four fields
