@@ -324,3 +324,7 @@ def test_subject_key_is_hmac_sha256_under_the_lake_secret(key: bytes) -> None:
     ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
     for subject in ("ord-001", "", "ördér-ü", "x" * 500):
         assert ledger.subject_key(subject) == hmac.new(key, subject.encode("utf-8"), hashlib.sha256).hexdigest()
+    subjects = ["ord-001", "", "ördér-ü", "x" * 500, "ord-001"]
+    assert ledger.subject_digests(subjects) == b"".join(
+        hmac.new(key, s.encode("utf-8"), hashlib.sha256).digest() for s in subjects)
+    assert ledger.subject_digests([]) == b""
