@@ -70,25 +70,13 @@ class ErasureEntry:
 
 MEMO_MAX = 1 << 18  # ids whose keyed hash stays in memory (about 40 MiB at most)
 
-# CPython's own SHA-256 for the padded key states: a key's two state copies are then plain memory copies
-# (OpenSSL's are EVP context copies, about 2x dearer), and a key is hashed ~5% faster. Same SHA-256; the
-# values are equal to hashlib's (tests/test_erasure.py checks them against `hmac.new`).
-try:
-    from _sha256 import sha256 as _pad_sha256  # CPython <= 3.11
-except ImportError:  # pragma: no cover - other interpreters
-    try:
-        from _sha2 import sha256 as _pad_sha256  # type: ignore[no-redef]  # CPython >= 3.12
-    except ImportError:
-        _pad_sha256 = hashlib.sha256  # type: ignore[assignment]
-
-
 def _hmac_pads(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     """The SHA-256 states after HMAC's inner and outer key pads (RFC 2104)."""
     block = hashlib.sha256().block_size
     if len(key) > block:
         key = hashlib.sha256(key).digest()
     key = key.ljust(block, b"\0")
-    return (_pad_sha256(bytes(b ^ 0x36 for b in key)), _pad_sha256(bytes(b ^ 0x5C for b in key)))
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in key)), hashlib.sha256(bytes(b ^ 0x5C for b in key)))
 
 
 class ErasureLedger:
