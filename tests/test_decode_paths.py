@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import delta_release.contract.decode as decode_mod
 from delta_release.contract import decode_batch
+from delta_release.contract.lines import line_starts
 
 FIELD_VALUES = {
     "schema_version": st.sampled_from([2, 3, 3, 4, "3", None]),
@@ -70,7 +71,7 @@ def test_the_fast_path_is_taken_for_a_clean_batch() -> None:
     data = b"".join(json.dumps({"schema_version": 3, "order_id": f"o{i}", "position": i, "kind": "upsert",
                                 "amount_cents": i, "event_day": 47, "currency": "USD"}).encode() + b"\n"
                     for i in range(50))
-    starts = decode_mod.fast.line_starts(data)
+    starts = line_starts(data)
     events, slow = decode_mod._fast_chunk(data, starts, 1, None)
     assert events.height == 50 and len(slow) == 0
     assert summary(decode_batch(data)) == summary(strict(data))
@@ -128,7 +129,7 @@ def test_a_line_that_is_not_exactly_its_row_gets_the_strict_verdict(line: bytes)
     assert summary(decode_batch(data)) == summary(strict(data))
     with pytest.MonkeyPatch.context() as m:  # without the patterns: what the byte-count proof takes alone
         m.setattr(decode_mod.fast, "_by_pattern", lambda *a: decode_mod.fast.EMPTY_READ)
-        events, _ = decode_mod._fast_chunk(data, decode_mod.fast.line_starts(data), 1, None)
+        events, _ = decode_mod._fast_chunk(data, line_starts(data), 1, None)
     taken = set(events["line"].to_list())
     if line in NOT_JSON:  # Polars cannot read the chunk: nothing is proven, the patterns take the clean lines
         assert not taken

@@ -27,8 +27,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from .lines import line_starts  # noqa: F401 - the decoder's tests split lines with it
-
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "order_id": pl.String(),
     "position": pl.Int64(),
@@ -141,7 +139,6 @@ def _normalise(first_line: int) -> list[pl.Expr]:
 
 EMPTY = pl.DataFrame(schema=EVENT_SCHEMA)
 _LBRACE, _RBRACE, _CR = ord("{"), ord("}"), ord("\r")
-_COUNTS = pl.sum_horizontal([pl.col(c).is_not_null().cast(pl.Int64) for c in READ_SCHEMA])
 
 
 def _non_null(frame: pl.DataFrame, columns: Iterable[str]) -> np.ndarray:
@@ -150,6 +147,8 @@ def _non_null(frame: pl.DataFrame, columns: Iterable[str]) -> np.ndarray:
     for c in columns:
         counts += frame[c].is_not_null().to_numpy()
     return counts
+
+
 _FEW = 2048  # at most this many lines are counted one by one in Python, more with numpy
 
 
@@ -294,8 +293,8 @@ def _by_pattern(data: bytes, starts: np.ndarray, rest: np.ndarray) -> pl.DataFra
         return EMPTY_READ
     if frame.height != len(index):
         return EMPTY_READ
-    counted = pl.lit(pl.Series(keys[hit]))  # outside the canonical order: no duplicate key (one per field)
-    ok = _rules(frame) & ((counted < 0) | (_COUNTS == counted))
+    counted = keys[hit]  # outside the canonical order: no duplicate key (one per field)
+    ok = _rules(frame) & pl.Series((counted < 0) | (_non_null(frame, READ_SCHEMA) == counted))
     return frame.with_columns(pl.Series("line", index, dtype=pl.Int64)).filter(ok)
 
 
