@@ -70,6 +70,7 @@ class ErasureEntry:
 
 MEMO_MAX = 1 << 18  # ids whose keyed hash stays in memory (about 40 MiB at most)
 
+
 def _hmac_pads(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     """The SHA-256 states after HMAC's inner and outer key pads (RFC 2104)."""
     block = hashlib.sha256().block_size
@@ -104,18 +105,8 @@ class ErasureLedger:
     def subject_digests(self, subject_ids: Iterable[str]) -> bytes:
         """The raw 32-byte HMAC-SHA256 of each id, concatenated in order (`bytes.fromhex(subject_key(id))`
         for each, without hex or memo). The bulk paths (a batch's buckets, key-index lookups, records and
-        rebuilds, the erasure filter) hash each distinct key once with it. `_digest` inlined, with the
-        bound methods looked up once: a batch's ~35k new keys take ~6% less than by calling it per key."""
-        inner, outer = self._inner.copy, self._outer.copy
-        out: list[bytes] = []
-        append = out.append
-        for subject_id in subject_ids:
-            h = inner()
-            h.update(subject_id.encode("utf-8"))
-            o = outer()
-            o.update(h.digest())
-            append(o.digest())
-        return b"".join(out)
+        rebuilds, the erasure filter) hash each distinct key once with it."""
+        return b"".join(map(self._digest, subject_ids))
 
     def _digest(self, subject_id: str) -> bytes:
         inner = self._inner.copy()
