@@ -200,3 +200,14 @@ def test_worker_processes_stream_files_larger_than_a_read(tmp_path: Path, monkey
     monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)
     assert answers(storage, names, True, monkeypatch) == here
     assert here[15][1] == 3000 and here[15][5] == (tmp_path / names[15]).stat().st_size > 700
+
+
+def test_a_digest_with_a_trailing_newline_is_refused(lake: dr.Lake) -> None:
+    """`^...$` lets a final newline through; a manifest digest is exactly 64 lower-case hex digits."""
+    import delta_release.external.manifest as mf
+
+    files = [_entry(i) for i in range(3)]
+    files[1] = _entry(1, sha256=f"{1:064x}\n")
+    doc = {"table": "telemetry", "partition": {"hour": 9}, "generation": "g-1", "files": files}
+    with pytest.raises(Exception, match=r"files\[1\]\.sha256.*must be 64 lower-case hex digits"):
+        mf.parse_manifest(doc, source="m.json", tables=lake.tables)

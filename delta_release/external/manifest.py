@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 _KEYS = {"table", "partition", "generation", "files"}
 _FILE_KEYS = {"path", "size_bytes", "records", "sha256"}
 _FILE_KEY_VIEW = dict.fromkeys(_FILE_KEYS).keys()  # compares equal to a dict's keys() with exactly these keys
-_SHA = re.compile(r"^[0-9a-f]{64}$")
+_SHA = re.compile(r"[0-9a-f]{64}")  # used with fullmatch: `$` would let a trailing newline through
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]*\.parquet$")
 
 
@@ -137,7 +137,7 @@ def parse_manifest(doc: Any, *, source: str, tables: dict[str, TableDef]) -> Man
 
 def _well_formed(raw_files: list[Any], directory: str) -> list[ManifestFile] | None:
     """The files of a manifest whose every entry is well-formed (the common case), checked a whole column at
-    a time (one regex over the joined paths, one over the joined digests, exact int types); None when any
+    a time (one regex over the joined paths, the digests' lengths and hex digits, exact int types); None when any
     entry is not, and `_parse_file` then finds and names it. Accepts nothing `_parse_file` refuses."""
     # whole columns at a time, in C loops (map), not a Python statement per entry
     if set(map(type, raw_files)) != {dict} or not all(map(_FILE_KEY_VIEW.__eq__, map(dict.keys, raw_files))):
@@ -174,7 +174,7 @@ def _parse_file(f: Any, key: str, directory: str, source: str, seen: set[str]) -
         raise _bad(source, f"{key}.path", f"{path!r} is listed twice")
     seen.add(path)
     sha = f["sha256"]
-    if not isinstance(sha, str) or not _SHA.match(sha):
+    if not isinstance(sha, str) or not _SHA.fullmatch(sha):
         raise _bad(source, f"{key}.sha256", "must be 64 lower-case hex digits")
     return ManifestFile(path=path, size_bytes=_int(f, "size_bytes", source, f"{key}.size_bytes"),
                         records=_int(f, "records", source, f"{key}.records"), sha256=sha)
