@@ -151,7 +151,7 @@ class _Kept:
     def only(self, paths: set[str]) -> None:
         """Drop the kept rows of every file but `paths` (the ones the rewrite reads)."""
         self.rows = {p: f for p, f in self.rows.items() if p in paths}
-        if self.whole is not None:
+        if self.whole is not None and not self.in_whole <= paths:  # (a large batch replaces all it read)
             self.whole = self.whole.filter(pl.col(PATH_COLUMN).is_in(pl.Series(sorted(paths), dtype=pl.String)
                                                                      .implode()))
             self.in_whole &= paths
@@ -327,10 +327,10 @@ def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, k
     """The files to replace and the stream of their new content, from `rows` (the fold's new row of each
     winning key, with its HASH_COLUMN or null and its BUCKET_COLUMN)."""
     key, part = cols.key, cols.partition
-    groups: dict[Any, set[int]] = {}
-    for d, b in rows.select(part, BUCKET_COLUMN).unique().iter_rows():
-        groups.setdefault(d, set()).add(b)
-    for d, b in rows.filter(pl.col("had_prior")).select("prior_day", BUCKET_COLUMN).unique().iter_rows():
+    groups: dict[Any, set[int]] = {}  # (day, bucket) of every new row and of every row it replaces: one
+    pairs = pl.concat([rows.lazy().select(part, BUCKET_COLUMN),  # query (two eager uniques cost ~3x)
+                       rows.lazy().filter(pl.col("had_prior")).select(pl.col("prior_day").alias(part), BUCKET_COLUMN)])
+    for d, b in pairs.unique().collect().iter_rows():
         groups.setdefault(d, set()).add(b)
     days = sorted(groups, key=day_order)
     files.load(days)
