@@ -121,14 +121,19 @@ class _Kept:
         part, ptype = cols.partition, cols.row_schema[cols.partition]
         storage = ctx.storage  # (a new Storage object on every access)
         full = [str(storage.local_path(e.path)) for e in entries]
+        if len(set(full)) < len(full):
+            return False
         files = pl.DataFrame({
-            "__file": full, PATH_COLUMN: [e.path for e in entries],
+            PATH_COLUMN: [e.path for e in entries],
             part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
                             dtype=pl.String).cast(ptype),
             BUCKET_COLUMN: pl.Series([bucket_of_path(e.path, buckets) for e in entries], dtype=pl.Int32)})
         values = [c for c in cols.row_columns if c != part]
+        # Each row's file as its place in `full` (an Enum of the paths), then the file's values gathered by
+        # it: a join of the rows with the file table on the path string cost ~7 ms more at 70k rows.
         self.whole = (pl.scan_parquet(full, include_file_paths="__file", hive_partitioning=False)
-                      .select(*values, "__file").join(files.lazy(), on="__file", how="left")
+                      .with_columns(pl.col("__file").cast(pl.Enum(full)).to_physical())
+                      .select(*values, *[pl.lit(files[c]).gather(pl.col("__file")).alias(c) for c in files.columns])
                       .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
                       .cast(cols.row_schema)  # type: ignore[arg-type]
                       .collect())
