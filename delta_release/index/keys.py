@@ -119,9 +119,11 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
 def _argsort(h: np.ndarray) -> np.ndarray:
     """`np.argsort(h, kind="stable")`: by 8-byte prefixes as integers when they are all distinct (then they
     decide the order; numpy sorts S32 items through a generic compare, several times slower), else (equal
-    hashes to merge, or a shared prefix) the full stable sort."""
+    hashes to merge, or a shared prefix) the full stable sort. Distinct prefixes have one order whatever
+    the sort, so the prefixes take numpy's default sort: on 35k of them 0.8 ms, its stable (radix) sort
+    of 64-bit integers 7 ms."""
     p = _prefix(h)
-    order = np.argsort(p, kind="stable")
+    order = np.argsort(p)
     ranked = p[order]
     if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
         return np.argsort(h, kind="stable")
