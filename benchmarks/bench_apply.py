@@ -143,6 +143,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     bk.keyed = buckets.keyed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
     KeyIndex.locate_hashed = ph.wrap("apply: key index lookup", KeyIndex.locate_hashed)  # type: ignore[method-assign]
     bk.fold = ph.wrap("apply: fold", bk.fold)
+    bk.fold_joined = ph.wrap("apply: fold", bk.fold_joined)  # the fold on the plan's one join
     RawCopy.kept = ph.wrap("raw store (waiting for its thread)", RawCopy.kept)  # type: ignore[method-assign]
     stage_partitions = ph.wrap(STAGE_PHASE, wr.stage_partitions)
 

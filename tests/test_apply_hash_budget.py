@@ -120,3 +120,41 @@ def test_a_large_batch_with_and_without_repeated_keys_gives_the_reference_fold(t
     report = lake.ingest(jsonl(second))
     assert report.accepted == len(second) and report.quarantined == 0
     _check(lake, first + second)
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_a_large_batch_folds_on_its_one_join_unless_a_prior_row_is_in_another_day(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: bool) -> None:
+    """A large batch of distinct keys whose prior rows are all in its days' files is folded on the join that
+    also gives the keys' buckets (`_plan_joined`: the rewrite drops the winners' old rows by position); a
+    key whose row is in another day (found by the key index) takes the general path. Moves, deletes, new
+    keys and a position conflict give the reference fold either way, with one row per order."""
+    lake = dr.Lake.create(tmp_path / "lake")
+    first = [up(f"o{i}", 1 + i, amount=i, day=47 + i % 2) for i in range(700)]
+    first += [up(f"m{i}", 800 + i, amount=i, day=10) for i in range(40)]
+    lake.ingest(jsonl(first))
+    second = []
+    for i in range(700):
+        p = 1000 + i
+        if i % 10 == 0:
+            second.append(rm(f"o{i}", p, None))
+        elif i % 10 == 1:
+            second.append(up(f"o{i}", p, amount=3_000 + i, day=49))  # moves to a day without files
+        elif i != 5:
+            second.append(up(f"o{i}", p, amount=2_000 + i, day=47 + i % 2))
+    second.append(up("o5", 6, amount=1, day=48))  # o5's position with other content: a conflict
+    second += [up(f"n{i}", 2000 + i, amount=i, day=47 + i % 3) for i in range(100)]
+    if elsewhere:  # rows in day 10, which the batch does not touch
+        second += [up(f"m{i}", 3000 + i, amount=9_000 + i, day=48) for i in range(20)]
+        second += [rm(f"m{i}", 3100 + i, None) for i in range(20, 25)]
+    joined: list[bool] = []
+    real = bucketed._plan_joined
+    monkeypatch.setattr(bucketed, "_plan_joined", lambda *a: joined.append(True) or real(*a))
+    report = lake.ingest(jsonl(second))
+    assert joined == ([] if elsewhere else [True])
+    assert report.quarantined == 1 and report.reasons == {"position_conflict": 1}
+    assert report.accepted == len(second) - 1
+    _check(lake, first + second)
+    third = [up(f"m{i}", 4000 + i, amount=i, day=50) for i in range(25)]  # the index knows where they went
+    lake.ingest(jsonl(third))
+    _check(lake, first + second + third)

@@ -62,3 +62,14 @@ def test_interpolation_on_uniform_hashes_equals_numpy() -> None:
 def test_argsort_equals_numpy_stable_argsort(items: list[bytes], repeat: int) -> None:
     h = np.array(items + items[:repeat], dtype=HASH)  # repeats: equal hashes keep their order
     assert _argsort(h).tolist() == np.argsort(h, kind="stable").tolist()
+
+
+def test_argsort_of_many_hashes_equals_numpy_stable_argsort() -> None:
+    """At a batch's size (numpy's default sort of the prefixes is not stable: equal prefixes, from equal
+    hashes or a shared 8-byte prefix, must take the stable sort)."""
+    rng = np.random.default_rng(7)
+    h = np.frombuffer(rng.bytes(32 * 20_000), dtype=HASH)
+    shared = bytearray(h.tobytes())
+    shared[32:40] = shared[:8]
+    for arr in (h, np.concatenate([h, h[:500], h[:500]]), np.frombuffer(bytes(shared), dtype=HASH)):
+        assert _argsort(arr).tolist() == np.argsort(arr, kind="stable").tolist()

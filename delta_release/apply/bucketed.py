@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -27,7 +28,7 @@ from ..context import TableContext
 from ..index.keys import ABSENT, DAY, NULL_DAY
 from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
 from ..views import partition_filter
-from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, read_rows_from
+from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, fold_joined, prior_columns, read_rows_from
 
 READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
 
@@ -42,6 +43,7 @@ Stream = Iterator[tuple[Any, pl.DataFrame]]
 DAY_COLUMN = "__day"  # in memory only: the partition the key index names (int32, NULL_DAY for null)
 FOUND_COLUMN = "__found"  # in memory only: the key has a row in the frame it was joined with
 PATH_COLUMN = "__path"  # in memory only: the file a kept row was read from (its lake-relative path)
+ROW_COLUMN = "__row"  # in memory only: a row's position in the kept frame (`_Kept.whole`)
 
 
 def read_entries(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry]) -> pl.DataFrame:
@@ -91,6 +93,7 @@ class _Kept:
         self.rows: dict[str, pl.DataFrame] = {}
         self.whole: pl.DataFrame | None = None
         self.in_whole: set[str] = set()
+        self.pruned = False  # `whole` has lost the prior row of every winning key (`drop_rows`)
 
     def keep(self, path: str, frame: pl.DataFrame) -> None:
         if frame.height <= self.budget:
@@ -118,14 +121,19 @@ class _Kept:
         part, ptype = cols.partition, cols.row_schema[cols.partition]
         storage = ctx.storage  # (a new Storage object on every access)
         full = [str(storage.local_path(e.path)) for e in entries]
+        if len(set(full)) < len(full):
+            return False
         files = pl.DataFrame({
-            "__file": full, PATH_COLUMN: [e.path for e in entries],
+            PATH_COLUMN: [e.path for e in entries],
             part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
                             dtype=pl.String).cast(ptype),
             BUCKET_COLUMN: pl.Series([bucket_of_path(e.path, buckets) for e in entries], dtype=pl.Int32)})
         values = [c for c in cols.row_columns if c != part]
+        # Each row's file as its place in `full` (an Enum of the paths), then the file's values gathered by
+        # it: a join of the rows with the file table on the path string cost ~7 ms more at 70k rows.
         self.whole = (pl.scan_parquet(full, include_file_paths="__file", hive_partitioning=False)
-                      .select(*values, "__file").join(files.lazy(), on="__file", how="left")
+                      .with_columns(pl.col("__file").cast(pl.Enum(full)).to_physical())
+                      .select(*values, *[pl.lit(files[c]).gather(pl.col("__file")).alias(c) for c in files.columns])
                       .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
                       .cast(cols.row_schema)  # type: ignore[arg-type]
                       .collect())
@@ -133,13 +141,22 @@ class _Kept:
         self.budget -= self.whole.height
         return True
 
+    def drop_rows(self, positions: np.ndarray) -> None:
+        """Drop the rows at `positions` of `whole` (the prior rows of the winning keys, as the plan found
+        them): the rewrite then keeps the rest without a join on keys."""
+        assert self.whole is not None
+        keep = np.ones(self.whole.height, dtype=bool)
+        keep[positions] = False
+        self.whole = self.whole.filter(pl.Series(keep))
+        self.pruned = True
+
     def covers(self, entries: list[_delta.FileEntry]) -> bool:
         return self.whole is not None and all(e.path in self.in_whole for e in entries)
 
     def only(self, paths: set[str]) -> None:
         """Drop the kept rows of every file but `paths` (the ones the rewrite reads)."""
         self.rows = {p: f for p, f in self.rows.items() if p in paths}
-        if self.whole is not None:
+        if self.whole is not None and not self.in_whole <= paths:  # (a large batch replaces all it read)
             self.whole = self.whole.filter(pl.col(PATH_COLUMN).is_in(pl.Series(sorted(paths), dtype=pl.String)
                                                                      .implode()))
             self.in_whole &= paths
@@ -263,7 +280,16 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
         # are hashed now, so the keyed hash (Python, about 1.3 us a key) runs on the new keys, not the batch.
         day_files = [e for d in touched for e in files.holding(d, None, n)]
         kept.prefetch(ctx, cols, day_files, n)
-        if kept.covers(day_files) and kept.whole is not None:  # the days' rows in one frame
+        if unique_keys and kept.covers(day_files) and kept.whole is not None:  # the days' rows in one frame
+            joined = _joined_in_frame(cols, kept.whole, events, n, hasher)
+            unresolved = joined.filter(pl.col(ROW_COLUMN).is_null()).select(key, HASH_COLUMN, BUCKET_COLUMN)
+            elsewhere = _elsewhere(ctx, parent, cols, files, unresolved, touched, n) if unresolved.height else None
+            if elsewhere is None or elsewhere.height == 0:  # every prior row is in the frame: one join did
+                return _plan_joined(ctx, cols, plan, files, kept, joined, n)  # the lookup and the fold's join
+            keys, found = joined.select(key, HASH_COLUMN, BUCKET_COLUMN), kept.whole.select(cols.row_columns)
+            unresolved = unresolved.head(0)
+            found = pl.concat([found, elsewhere])
+        elif kept.covers(day_files) and kept.whole is not None:  # the days' rows in one frame
             keys, found, unresolved = _keys_in_frame(cols, kept.whole, distinct, n, hasher)
         else:
             found = _rows_of_keys(ctx, cols, day_files, distinct, kept, tag_buckets=n)
@@ -285,11 +311,31 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
         return plan, [], None
-    rows = folded.rows.join(keys, on=key, how="left")
-    groups: dict[Any, set[int]] = {}
-    for d, b in rows.select(part, BUCKET_COLUMN).unique().iter_rows():
-        groups.setdefault(d, set()).add(b)
-    for d, b in rows.filter(pl.col("had_prior")).select("prior_day", BUCKET_COLUMN).unique().iter_rows():
+    return _replace(ctx, cols, plan, files, kept, folded.rows.join(keys, on=key, how="left"), n)
+
+
+def _plan_joined(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept,
+                 joined: pl.DataFrame, n: int) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
+    """The plan from `_joined_in_frame`'s events (distinct keys) when every prior row is in the kept
+    frame: the fold decides on that join, its rows keep their key's hash and bucket, and the kept frame
+    loses the prior row of every winning key by its position (no join on keys to find them)."""
+    folded = fold_joined(joined, cols, keep=(HASH_COLUMN, BUCKET_COLUMN, ROW_COLUMN))
+    plan.conflicts = folded.conflicts
+    if folded.rows.height == 0:
+        return plan, [], None
+    kept.drop_rows(folded.rows[ROW_COLUMN].drop_nulls().to_numpy())
+    return _replace(ctx, cols, plan, files, kept, folded.rows.drop(ROW_COLUMN), n)
+
+
+def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, rows: pl.DataFrame,
+             n: int) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
+    """The files to replace and the stream of their new content, from `rows` (the fold's new row of each
+    winning key, with its HASH_COLUMN or null and its BUCKET_COLUMN)."""
+    key, part = cols.key, cols.partition
+    groups: dict[Any, set[int]] = {}  # (day, bucket) of every new row and of every row it replaces: one
+    pairs = pl.concat([rows.lazy().select(part, BUCKET_COLUMN),  # query (two eager uniques cost ~3x)
+                       rows.lazy().filter(pl.col("had_prior")).select(pl.col("prior_day").alias(part), BUCKET_COLUMN)])
+    for d, b in pairs.unique().collect().iter_rows():
         groups.setdefault(d, set()).add(b)
     days = sorted(groups, key=day_order)
     files.load(days)
@@ -297,9 +343,25 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     removes = [e for d in days for e in replaced[d]]
     new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
-    plan.hashed_locations = _moved_locations(rows, key, part, n, hasher)
+    plan.hashed_locations = _moved_locations(rows, key, part, n, ctx.erasures.subject_key)
     kept.only({e.path for e in removes})  # the others go now
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)
+
+
+def _joined_in_frame(cols: Columns, whole: pl.DataFrame, events: pl.DataFrame, n: int, hasher: Hasher
+                     ) -> pl.DataFrame:
+    """`events` (one per key) left-joined with `whole`, every row of their days (BUCKET_COLUMN: the file's
+    tag, null for an untagged file): each event with its key's prior row there (`prior_columns`, and
+    ROW_COLUMN: the row's position in `whole`; null: not there), HASH_COLUMN (null for a key found in a
+    tagged file: it takes the file's bucket) and BUCKET_COLUMN. Only the keys found in no tagged file are
+    hashed. The same join serves the bucket lookup and the fold (`fold_joined`)."""
+    prior = prior_columns(whole, cols).with_columns(whole[BUCKET_COLUMN]).with_row_index(ROW_COLUMN)
+    joined = events.join(prior, on=cols.key, how="left")
+    bucketed = joined[BUCKET_COLUMN].is_not_null()
+    rest = joined.filter(bucketed.not_())  # new keys, and keys of untagged files
+    hashed = keyed(rest[cols.key], n, hasher, distinct=True)  # in the order of `rest`
+    return pl.concat([joined.filter(bucketed).with_columns(pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN)),
+                      rest.with_columns(hashed[BUCKET_COLUMN], hashed[HASH_COLUMN])])
 
 
 def _keys_in_frame(cols: Columns, whole: pl.DataFrame, distinct: pl.DataFrame, n: int, hasher: Hasher
@@ -408,9 +470,10 @@ def _content_at_once(cols: Columns, days: list[Any], others: bool, new_rows: pl.
         rows = pl.concat([rows.filter(pl.col(BUCKET_COLUMN).is_not_null()),
                           with_buckets(rows.filter(pl.col(BUCKET_COLUMN).is_null()).drop(BUCKET_COLUMN), key, n,
                                        hasher)])
-    winners = pl.concat([new_rows.select(key, part),
-                         new_rows.filter(pl.col("had_prior")).select(key, pl.col("prior_day").alias(part))])
-    rows = rows.join(winners, on=[key, part], how="anti", nulls_equal=True)
+    if not read.pruned:
+        winners = pl.concat([new_rows.select(key, part),
+                             new_rows.filter(pl.col("had_prior")).select(key, pl.col("prior_day").alias(part))])
+        rows = rows.join(winners, on=[key, part], how="anti", nulls_equal=True)
     content = pl.concat([rows, mine.select(rows.columns).cast(rows.schema)])
     parts = content.partition_by(part, as_dict=True)
     return {d: parts.get((d,), content.clear()) for d in days}

@@ -165,15 +165,33 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
     row's partition, else to its own `event_day`; the same position with other content is a conflict).
     Keys with several events go through the sequence fold (`fold_sequence`); both give what the sequence
     fold gives for the whole batch."""
-    key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
+    key = cols.key
     multi: pl.DataFrame | None = None
     single = events
     if not unique_keys:  # unique_keys: the caller knows that no key has two events in `events`
         several = events.select(pl.col(key).is_duplicated()).to_series()
         if several.any():
             multi, single = events.filter(several), events.filter(several.not_())
-    renamed = [pos, *cols.values, tomb, part]
-    joined = single.join(prior.select(key, *[pl.col(c).alias(f"{c}_prior") for c in renamed]), on=key, how="left")
+    folded = fold_joined(single.join(prior_columns(prior, cols), on=key, how="left"), cols)
+    rows, conflicts = folded.rows, folded.conflicts
+    if multi is not None:
+        rest = fold_sequence(multi, prior.join(multi.select(key).unique(), on=key, how="semi"), cols)
+        rows = pl.concat([rows, rest.rows])
+        conflicts = sorted([*conflicts, *rest.conflicts], key=lambda c: c.line)
+    return Folded(rows=rows, conflicts=conflicts)
+
+
+def prior_columns(prior: pl.DataFrame, cols: Columns = ORDERS) -> pl.DataFrame:
+    """`prior` as `fold_joined` wants it joined to the events: the key, every other row column suffixed
+    `_prior`."""
+    return prior.select(cols.key, *[pl.col(c).alias(f"{c}_prior") for c in cols.row_columns if c != cols.key])
+
+
+def fold_joined(joined: pl.DataFrame, cols: Columns = ORDERS, *, keep: tuple[str, ...] = ()) -> Folded:
+    """`fold` of events whose keys are distinct, already left-joined with `prior_columns` of their prior
+    rows (a caller that needs the join for more than the fold does it once). `keep`: columns of `joined`
+    carried into the rows after the row columns."""
+    key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
     prior_pos = pl.col(f"{pos}_prior")
     conflicts = _conflicts(joined.filter((pl.col(pos) == prior_pos) & _differs(cols, "_prior", f"{tomb}_prior")), cols)
     is_delete = pl.col("kind") == "delete"
@@ -182,12 +200,8 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
         *[pl.when(is_delete).then(None).otherwise(pl.col(v)).alias(v) for v in cols.values],
         is_delete.alias(tomb),
         pl.when(is_delete).then(pl.coalesce(f"{part}_prior", part)).otherwise(pl.col(part)).alias(part),
-        pl.col(f"{part}_prior").alias("prior_day"), prior_pos.is_not_null().alias("had_prior"),
+        pl.col(f"{part}_prior").alias("prior_day"), prior_pos.is_not_null().alias("had_prior"), *keep,
     ).cast(cols.row_schema)  # type: ignore[arg-type]
-    if multi is not None:
-        rest = fold_sequence(multi, prior.join(multi.select(key).unique(), on=key, how="semi"), cols)
-        rows = pl.concat([rows, rest.rows])
-        conflicts = sorted([*conflicts, *rest.conflicts], key=lambda c: c.line)
     return Folded(rows=rows, conflicts=conflicts)
 
 

@@ -70,7 +70,8 @@ ABSENT = -3  # in lookups only: the index names no partition for the key
 DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
-LOOKUP_CHUNK = 1024  # keys searched per step: peak memory of a lookup is bounded by this, not the base
+LOOKUP_CHUNK = 4096  # keys searched per step: peak memory of a lookup is bounded by this, not the base (each
+# step costs ~30 numpy calls: 35k keys on a 5M-hash file took 41 ms in 1,024-key steps, 34 ms in 4,096)
 INTERPOLATE_MIN = 4096  # hashes in a file from which `_search` interpolates (fewer: numpy's binary search)
 INTERPOLATION_STEPS = 2
 SEARCH_WINDOW = 64  # places either side of the interpolated position (2 steps on 5M hashes: within ~50)
@@ -118,9 +119,11 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
 def _argsort(h: np.ndarray) -> np.ndarray:
     """`np.argsort(h, kind="stable")`: by 8-byte prefixes as integers when they are all distinct (then they
     decide the order; numpy sorts S32 items through a generic compare, several times slower), else (equal
-    hashes to merge, or a shared prefix) the full stable sort."""
+    hashes to merge, or a shared prefix) the full stable sort. Distinct prefixes have one order whatever
+    the sort, so the prefixes take numpy's default sort: on 35k of them 0.8 ms, its stable (radix) sort
+    of 64-bit integers 7 ms."""
     p = _prefix(h)
-    order = np.argsort(p, kind="stable")
+    order = np.argsort(p)
     ranked = p[order]
     if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
         return np.argsort(h, kind="stable")
