@@ -4,6 +4,7 @@ Process-wide allocator state: each case runs in a fresh interpreter."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -12,8 +13,14 @@ import textwrap
 import pytest
 from conftest import ROOT
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "confstr") or os.confstr("CS_GNU_LIBC_VERSION") is None,
-                                reason="glibc only")
+def _glibc_with_mallinfo2() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") is not None and hasattr(ctypes.CDLL(None), "mallinfo2")
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _glibc_with_mallinfo2(), reason="glibc 2.33 or later only (mallinfo2)")
 
 # Maps 8 MiB, frees it (glibc's dynamic threshold rises to 8 MiB), then allocates 8 MiB again and prints
 # whether glibc mapped that block on its own (mallinfo2().hblkhd: bytes in mapped blocks).
