@@ -4,6 +4,7 @@ last; the table equals that of ingesting the whole file at once."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ from test_decode_paths import lines as event_lines
 
 import delta_release as dr
 from delta_release import _delta
+from delta_release import parts as parts_mod
 from delta_release.apply.fold import reference_fold
 from delta_release.contract import decode_batch
 from delta_release.contract.decode import split_lines
@@ -162,6 +164,38 @@ def test_parts_give_the_table_of_one_part_ingest(tmp_path: Path, seed: int, monk
     assert again.version is None and [p["batch_id"] for p in again.parts] == [p["batch_id"] for p in report.parts]
     assert all(b["duplicate"] for a, b in zip(report.parts, again.parts, strict=True) if a["version"] is not None)
     assert rows(lake) == rows(whole)
+
+
+def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a part is ingested no file dict of an earlier part is alive (parts.py packs them), and the
+    total still lists every part's staged files and removed paths, in part order, as the table has them."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_history(3)))
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    lake = dr.Lake.create(tmp_path / "lake")
+    staged: list[str] = []
+    removed: list[str] = []
+    alive: list[int] = []
+    real = parts_mod.ingest_batch
+
+    def spy(*args: Any, **kwargs: Any) -> dr.IngestReport:
+        earlier = set(staged)
+        alive.append(sum(1 for o in gc.get_objects() if isinstance(o, dict) and isinstance(o.get("path"), str) and o["path"] in earlier))
+        part = real(*args, **kwargs)
+        staged.extend(f["path"] for f in part.files)
+        removed.extend(part.removed)
+        return part
+
+    monkeypatch.setattr(parts_mod, "ingest_batch", spy)
+    report = lake.ingest(path)
+    assert len(report.parts) > 5 and len(staged) > 10 and alive == [0] * len(report.parts)
+    assert [f["path"] for f in report.files] == staged and report.removed == removed
+    assert all(f["sha256"] and f["rows"] > 0 for f in report.files)
+    assert report.to_json()["files"] == report.files
+    uri, options = lake.table_uri("orders"), lake.options
+    live = {e.path for e in _delta.file_entries(uri, options, report.version)}
+    assert live <= set(staged) and set(staged) - live <= set(removed)
 
 
 def test_part_edges_over_long_lines_and_crlf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
