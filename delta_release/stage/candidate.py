@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import uuid
 from collections.abc import Iterable, Mapping
@@ -165,10 +164,15 @@ def footer_stats(meta: pq.FileMetaData) -> str | None:
 
 
 def encode_parquet(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy", write_statistics=True,
-                   use_dictionary=[c for c in DICTIONARY_COLUMNS if c in table.column_names])
-    return sink.getvalue()
+    """The file's bytes: the same as pq.write_table's (it opens this writer), into an Arrow buffer rather
+    than a BytesIO, whose writes go through Python under the GIL (staging encodes on 4 threads)."""
+    schema = table.schema
+    names = schema.names
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression="snappy", write_statistics=True,
+                          use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names]) as writer:
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+    return sink.getvalue().to_pybytes()
 
 
 def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: dict[str, Any],
