@@ -117,7 +117,9 @@ def _bucket_summary(split: pl.DataFrame, key: str, file_schema: pa.Schema) -> tu
     Polars query over the day instead of an Arrow pass per file (file_stats gives the same JSON)."""
     names = file_schema.names
     stats_cols = [n for n in names if n in STATS_COLUMNS]
-    with_stats = all(_summable(split.schema[n], file_schema.field(n)) for n in stats_cols)
+    schema = split.schema
+    with_stats = (all(n in schema for n in names)  # else the cast to the file schema fails (as it did)
+                  and all(_summable(schema[n], file_schema.field(n)) for n in stats_cols))
     exprs = [pl.len(), pl.col(key).n_unique().alias("\0keys")]
     if with_stats:
         exprs += [pl.col(n).null_count().alias(f"\0nulls\0{n}") for n in names]
