@@ -13,6 +13,7 @@ import textwrap
 import pytest
 from conftest import ROOT
 
+
 def _glibc_with_mallinfo2() -> bool:
     try:
         return os.confstr("CS_GNU_LIBC_VERSION") is not None and hasattr(ctypes.CDLL(None), "mallinfo2")

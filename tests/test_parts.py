@@ -181,7 +181,8 @@ def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path
 
     def spy(*args: Any, **kwargs: Any) -> dr.IngestReport:
         earlier = set(staged)
-        alive.append(sum(1 for o in gc.get_objects() if isinstance(o, dict) and isinstance(o.get("path"), str) and o["path"] in earlier))
+        alive.append(sum(1 for o in gc.get_objects()
+                         if isinstance(o, dict) and isinstance(o.get("path"), str) and o["path"] in earlier))
         part = real(*args, **kwargs)
         staged.extend(f["path"] for f in part.files)
         removed.extend(part.removed)

@@ -107,8 +107,8 @@ def _summable(dtype: pl.DataType, field: pa.Field) -> bool:
     """Polars' min/max of a column of `dtype` equal pc.min_max of it cast to `field` (integers; strings,
     compared by their UTF-8 bytes in both). Floats (NaN, -0.0) and other types are left to file_stats."""
     if dtype.is_integer():
-        return pa.types.is_integer(field.type)
-    return dtype == pl.String and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
+        return bool(pa.types.is_integer(field.type))
+    return dtype == pl.String and bool(pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
 
 
 def _bucket_summary(split: pl.DataFrame, key: str, file_schema: pa.Schema) -> tuple[pl.DataFrame, bool]:
@@ -174,7 +174,8 @@ def encode_parquet(table: pa.Table) -> bytes:
     with pq.ParquetWriter(sink, schema, compression="snappy", write_statistics=True,
                           use_dictionary=[c for c in DICTIONARY_COLUMNS if c in names]) as writer:
         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: dict[str, Any],
