@@ -1,4 +1,5 @@
-"""A fixed mmap threshold for glibc's malloc while a file is ingested (issue 14 item 2, issue 17.4 budget).
+"""A fixed mmap threshold for glibc's malloc, set by the first file ingest of a process and kept for the rest
+of it (process-wide: issue 14 item 2, issue 17.4 budget).
 
 glibc serves a request of M_MMAP_THRESHOLD bytes or more (128 KiB at start) with a mapping of its own,
 unmapped on free. The threshold is dynamic: freeing such a block raises it to the block's size (up to

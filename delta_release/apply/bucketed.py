@@ -287,7 +287,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
             if elsewhere is None or elsewhere.height == 0:  # every prior row is in the frame: one join did
                 return _plan_joined(ctx, cols, plan, files, kept, joined, n)  # the lookup and the fold's join
             keys, found = joined.select(key, HASH_COLUMN, BUCKET_COLUMN), kept.whole.select(cols.row_columns)
-            unresolved = unresolved.head(0)
+            unresolved = unresolved.head(0)  # located above: the lookup after these branches has nothing left
             found = pl.concat([found, elsewhere])
         elif kept.covers(day_files) and kept.whole is not None:  # the days' rows in one frame
             keys, found, unresolved = _keys_in_frame(cols, kept.whole, distinct, n, hasher)
