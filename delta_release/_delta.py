@@ -227,6 +227,9 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
 # features, invariants, append-only tables, paths that need percent-encoding) goes through delta-rs.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._=/-]+")
 CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval's default
+# A commit of this many actions is followed by a checkpoint: opening the 50M-row bench table (29,200 files
+# added by one commit) took 0.22-0.33 s from its JSON entry and 0.10-0.19 s from a checkpoint.
+CHECKPOINT_ACTIONS = 10_000
 
 
 def _plain_writer(handle: DeltaTable, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
@@ -283,7 +286,9 @@ def _commit_entry(uri: str, options: dict[str, str], handle: DeltaTable, *, tabl
         if theirs is None or theirs[0] != data:
             raise StaleParentError(table, parent, latest_version(uri, options))
     interval = int(handle.metadata().configuration.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
-    if (version + 1) % interval == 0:  # where delta-rs's hook puts them: 99, 199, ... (test_log_retention)
+    # Where delta-rs's hook puts them (99, 199, ...: test_log_retention), and after a commit of many actions
+    # (a backfill): every later open would otherwise parse that entry's JSON.
+    if (version + 1) % interval == 0 or len(adds) + len(removes) >= CHECKPOINT_ACTIONS:
         _snapshot(uri, options, version).create_checkpoint()
     return version
 

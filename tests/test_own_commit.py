@@ -114,3 +114,16 @@ def test_a_refused_create_is_ours_only_when_the_entry_holds_our_bytes(lake: dr.L
         _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=1, adds=[], removes=[],
                       evidence={"note": "late"}, partition_by=["event_day"])
     assert _delta.version_evidence(ctx.uri, ctx.storage_options, 2) == {"note": "mine"}
+
+
+def test_a_commit_of_many_actions_is_checkpointed(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill's commit adds thousands of files: a checkpoint right after it spares every later open the
+    parse of that JSON entry (the threshold lowered here, so a small batch counts as large)."""
+    log = Path(lake.storage.root) / "orders" / "_delta_log"
+    lake.ingest(jsonl([up("a", 1, day=40), up("b", 2, day=41)]))
+    assert not list(log.glob("*.checkpoint.parquet"))  # two files: below the threshold
+    monkeypatch.setattr(_delta, "CHECKPOINT_ACTIONS", 3)
+    lake.ingest(jsonl([up("c", 3, day=42), up("d", 4, day=43), up("e", 5, day=44)]))
+    assert [p.name for p in log.glob("*.checkpoint.parquet")] == [f"{2:020d}.checkpoint.parquet"]
+    _delta.forget_handles()
+    assert sorted(lake.read(version=2)["order_id"].to_list()) == ["a", "b", "c", "d", "e"]
