@@ -127,3 +127,65 @@ def test_a_commit_of_many_actions_is_checkpointed(lake: dr.Lake, monkeypatch: py
     assert [p.name for p in log.glob("*.checkpoint.parquet")] == [f"{2:020d}.checkpoint.parquet"]
     _delta.forget_handles()
     assert sorted(lake.read(version=2)["order_id"].to_list()) == ["a", "b", "c", "d", "e"]
+
+
+def _listing(ctx: object, version: int) -> list[tuple[str, int, object, int | None]]:
+    uri, opts = ctx.uri, ctx.storage_options  # type: ignore[attr-defined]
+    return [(e.path, e.size, e.partition_values["event_day"], e.num_records)
+            for e in _delta.partition_entries(uri, opts, version, "event_day", [str(d) for d in range(38, 46)])]
+
+
+def test_the_next_ingest_reads_the_commits_since_not_a_snapshot(lake: dr.Lake,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process, a writer's view (newest version, files of the touched partitions) moves forward by
+    the log entries since, not by delta-rs's replay of every file: the cached handle stays where it was,
+    and every listing equals the one a new process reads from the log."""
+    lake.ingest(jsonl([up(f"o{i}", i, day=40 + i % 5) for i in range(20)]))
+    ctx = lake.table("orders")
+    handle = _delta._cached(ctx.uri, ctx.storage_options)
+    assert handle is not None
+    moves = monkeypatch.setattr  # the handle must not be moved by an ingest
+    calls: list[str] = []
+    for name in ("update_incremental", "load_as_version"):
+        real = getattr(handle, name)
+        moves(handle, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    warm = []
+    for step in range(4):  # moves across days, deletes, one batch through delta-rs's commit (step 2)
+        if step == 2:
+            monkeypatch.setattr(_delta, "_plain_writer", lambda *a: False)
+        lake.ingest(jsonl([up(f"o{i}", 100 + 10 * step + i, day=44 - (i + step) % 5) for i in range(0, 20, 3)]
+                          + [rm(f"o{step + 5}", 200 + step)]))
+        monkeypatch.setattr(_delta, "_plain_writer", _PLAIN_WRITER)
+        version = ctx.latest_version()
+        assert version == 2 + step
+        warm.append(_listing(ctx, version))
+        assert calls == (["load_as_version"] if step == 2 else []), step  # delta-rs commits on its snapshot
+        calls.clear()
+    assert handle.version() == 3  # moved once, to the parent of delta-rs's commit
+    _delta.forget_handles()  # a new process
+    assert [_listing(ctx, v) for v in range(2, 6)] == warm
+    assert all(w for w in warm)
+
+
+def test_a_metadata_change_since_falls_back_to_the_snapshot(lake: dr.Lake) -> None:
+    """A commit that is not only adds and removes (here another writer sets a table property) is not
+    replayed by us: the listing and the next commits come from delta-rs's snapshot, and stay right (the
+    commits see the new checkpoint interval)."""
+    lake.ingest(jsonl([up("a", 1, day=40), up("b", 2, day=41)]))
+    ctx = lake.table("orders")
+    assert _listing(ctx, 1)  # the cached file frame, at version 1
+    DeltaTable(ctx.uri).alter.set_table_properties({"delta.checkpointInterval": "4"})  # version 2: metaData
+    warm = _listing(ctx, 2)
+    version = 2
+    while version < 7:  # commits on parents 2..6; with the new interval the checkpoint goes to 7
+        version = _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=version, adds=[],
+                                removes=[], evidence={}, partition_by=["event_day"])
+    log = Path(ctx.uri) / "_delta_log"
+    assert (log / f"{7:020d}.checkpoint.parquet").exists()
+    assert not (log / f"{99:020d}.checkpoint.parquet").exists()
+    _delta.forget_handles()
+    assert _listing(ctx, 2) == warm and _listing(ctx, 7) == warm
+    assert sorted(_delta.query_all(ctx.uri, ctx.storage_options, 7).column("order_id").to_pylist()) == ["a", "b"]
+
+
+_PLAIN_WRITER = _delta._plain_writer
