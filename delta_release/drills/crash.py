@@ -293,6 +293,7 @@ def _ingest_points() -> tuple[CrashPoint, ...]:
             *g[:3],
             _p("ingest.after_quarantine", "after staging, the gate and the quarantine write"),
             _p(TEMP_PREFIX + "_quarantine", "quarantine ledger written to its temp file, not renamed"),
+            _p(TEMP_PREFIX + "_delta_log", "the commit's log entry written to its temp file, not linked"),
             *g[3:])
 
 
