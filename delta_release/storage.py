@@ -197,7 +197,8 @@ class Storage:
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
 
-    def _write_temp(self, parent: str, data: bytes, mode: int | None = None, *, durable: bool = True) -> str:
+    def _write_temp(self, parent: str, data: bytes | bytearray, mode: int | None = None, *,
+                    durable: bool = True) -> str:
         """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in `parent`
         (local disk); returns that name. The crash point `storage.after_temp:<top-level dir>` dies with
         the temp file written, unrenamed."""
@@ -211,7 +212,7 @@ class Storage:
         crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
-    def write_bytes(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+    def write_bytes(self, rel: str, data: bytes | bytearray, *, durable: bool = True) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
         first unless durable=False: for a file whose loss or emptiness after a power cut is harmless)."""
         full = self._full(rel)
@@ -233,7 +234,7 @@ class Storage:
 
         obstore.put(self._obstore(), rel.strip("/"), data, mode="overwrite")
 
-    def write_once(self, rel: str, data: bytes, *, mode: int | None = None) -> bool:
+    def write_once(self, rel: str, data: bytes | bytearray, *, mode: int | None = None) -> bool:
         """Create `rel` with `data` unless it exists. Returns True when this call created it.
 
         Atomic on both stores: on local disk the final name is taken with a hard link, which fails if the
