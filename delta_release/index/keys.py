@@ -19,15 +19,17 @@ Storage: flat files under `<lake>/_index/<table>/<table id>/keys/` (local or S3)
 
 Every `.kx2` file is create-only (named by the versions it covers, so two writers that merge the same
 inputs write the same name and bytes; the loser's create fails) and holds `MAGIC`, a count n, the fence
-(every FENCE_EVERY-th prefix below), the n hashes' 8-byte prefixes, then n records of the hash's other
-24 bytes and its int32 partition value (`NULL_DAY` for the null partition, `GONE` for an order that left
-the table at that step), all in hash order. The fence and prefixes are parts of keyed hashes: no order
-ids. A lookup takes the newest base at or below its version and the chain of files after it, newest
-first, and searches each for the keys' hashes (`_find`: the fence, read whole, names a block of
-prefixes; a record is read only where a prefix matches; memory-mapped on local disk, so a key touches
-one or two places of the file, released every LOOKUP_CHUNK keys; on S3 the file is read whole, as
-`Storage` has no range read yet). Files of the previous layout (`.kx`: hashes, then partitions) are
-converted to this one when a lookup or catch-up finds no base (`_upgrade`), then deleted.
+(every FENCE_EVERY-th prefix below), the filter (FILTER_BITS bits per hash in one word per FILTER_KEYS
+hashes), the n hashes' 8-byte prefixes, then n records of the hash's other 24 bytes and its int32
+partition value (`NULL_DAY` for the null partition, `GONE` for an order that left the table at that
+step), all in hash order. The fence, filter and prefixes are made of keyed hashes only: no order ids. A
+lookup takes the newest base at or below its version and the chain of files after it, newest first, and
+searches each for the keys' hashes (`_find`: a key the filter turns away is not in the file; else the
+fence, read whole, names a block of prefixes, and a record is read only where a prefix matches;
+memory-mapped on local disk, so a key touches one to three places of the file, released every
+LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files of the
+previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
+finds no base (`_upgrade`), then deleted.
 Writers compact in `record` (not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 *
 RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a merge is deleted
 GRACE_VERSIONS versions later (a reader that still hits a deleted file lists again). One commit writes
@@ -41,8 +43,8 @@ each added, key column only) into one level-0 file per gap, then W moves to P. A
 complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one
 scan of the key and partition columns). Entries may be stale (an order that left a partition): the
 caller reads that partition and does not find it; an order the index does not name is nowhere in the
-table. An erasure removes its subject: every index file holding its hash is rewritten without it (its
-fence with it: the fence is recomputed from the remaining hashes).
+table. An erasure removes its subject: every index file holding its hash is rewritten without it (the
+fence and filter recomputed from the remaining hashes: the subject's bits leave the filter).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ COMPLETE = f"{FOLDER}/complete.json"
 EXT = ".kx2"  # this layout's files
 MAGIC = b"DRKEYS02"
 LEGACY_EXT, LEGACY_MAGIC = ".kx", b"DRKEYS01"  # the previous layout: n hashes, then n partitions
-HEADER = len(MAGIC) + 16  # the count n, then FENCE_EVERY
+HEADER = len(MAGIC) + 32  # the count n, FENCE_EVERY, the filter's words and FILTER_BITS
 HASH = np.dtype("S32")  # the full HMAC-SHA256 (see the module docstring for why not shorter)
 DAY = np.dtype("<i4")
 PREFIX = np.dtype("<u8")  # a hash's first 8 bytes as a (big-endian) number, stored little-endian
@@ -81,17 +83,23 @@ RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
 # A file holds its hashes' 8-byte prefixes apart from the rest of each hash: a lookup searches the prefixes
 # (8 of every 36 bytes; every FENCE_EVERY-th of them, the fence, read whole first, names a block of 2 KiB)
-# and reads a record only where a prefix matches, so a key the file does not hold touches one place of the
-# prefix column. The cost of a lookup into a large memory-mapped file is its page faults, and a batch's
-# keys are dense enough that it faults in most of what it searches (a first touch maps 64 KiB around it,
-# or a whole large folio, up to 2 MiB, when the page cache holds the file in those): so the pages a batch
-# maps are bounded by the prefix column (400 MB at 50M hashes), not the file (1.8 GB). 35k absent keys
-# (the bench batch's lookup) into a copied file: 11 ms at 5M hashes, 27 ms at 50M (hashes then partitions,
-# interpolated: 34 and 92 ms; 6.4k page faults at 50M instead of 22k).
+# and reads a record only where a prefix matches. Before the prefixes, a filter: one 64-bit word per
+# FILTER_KEYS hashes, in hash order; a hash sets FILTER_BITS bits (chosen by its bytes 8..15) of the word
+# its prefix falls in. A key whose bits are not all set is not in the file (never the other way: a hash of
+# the file always passes; ~3% of absent keys pass too), so most keys a file does not hold (a batch's new
+# orders) touch only the filter (1 byte per hash: 50 MB at 50M). The cost of a lookup into a large
+# memory-mapped file is its page faults, and a batch's keys are dense enough that it faults in most of
+# what it searches (a first touch maps 64 KiB around it, or a whole large folio, up to 2 MiB, when the
+# page cache holds the file in those): so the pages a batch maps are bounded by the filter (absent keys)
+# and the prefix column (400 MB at 50M), not the file (1.85 GB). 35k absent keys (the bench batch's
+# lookup) into a copied file: 11.5 ms at 5M hashes, 15.3 ms at 50M (2.1k page faults); hashes then
+# partitions, interpolated: 44.5 and 128.9 ms (20.8k faults); the prefixes without the filter: 11.4 and
+# 27.0 ms (6.4k faults).
 FENCE_EVERY = 256  # a power of two: the fence is 8 bytes per 256 hashes (1.5 MB at 50M)
+FILTER_KEYS, FILTER_BITS = 8, 4
 # Keys searched per step: the resident pages of a lookup are bounded by this, not the base (each step's pages
-# leave the resident set after it): at 50M hashes, 12 MiB for 35k absent keys in 1,024-key steps (the
-# previous layout: 43 MiB).
+# leave the resident set after it): at 50M hashes, 4 MiB for 35k absent keys in 1,024-key steps (the
+# previous layout: 42 MiB), 36 MiB when half of them are present (49 MiB).
 LOOKUP_CHUNK = 1024
 
 
@@ -100,12 +108,14 @@ Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partiti
 
 class Keys(NamedTuple):
     """A run as the lookup reads it (a file's columns, or a run's): prefix (uint64 in hash order) and rest
-    (S24) of each hash, its partition value, and every `every`-th prefix (the fence)."""
+    (S24) of each hash, its partition value, every `every`-th prefix (the fence) and the filter."""
     prefix: np.ndarray
     rest: np.ndarray
     day: np.ndarray
     fence: np.ndarray
     every: int
+    filter: np.ndarray
+    bits: int  # set per hash in the filter
 
     def run(self) -> Run:
         """The hashes (S32) and partition values, copied (the file's mapping may then be released)."""
@@ -119,17 +129,41 @@ class Keys(NamedTuple):
 def _keys(run: Run, every: int = FENCE_EVERY) -> Keys:
     h, day = run
     prefix = _prefix(h)
-    return Keys(prefix, _rest(h), day, np.ascontiguousarray(prefix[::every]), every)
+    fence = np.ascontiguousarray(prefix[::every])
+    return Keys(prefix, _rest(h), day, fence, every, _filter(h, prefix), FILTER_BITS)
+
+
+def _filter_bits(h: np.ndarray, prefix: np.ndarray, words: int,
+                 count: int = FILTER_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """The filter word of each hash (by its prefix: in hash order) and the `count` bits it sets there."""
+    at = ((prefix >> np.uint64(32)) * np.uint64(words)) >> np.uint64(32)
+    more = h[:, None].view(np.uint8)[:, 8:16].view("<u8")[:, 0]
+    bits = np.zeros(len(h), dtype=np.uint64)
+    for i in range(count):
+        bits |= np.uint64(1) << ((more >> np.uint64(6 * i)) & np.uint64(63))
+    return at.astype(np.int64), bits
+
+
+def _filter(h: np.ndarray, prefix: np.ndarray, step: int = 1 << 20) -> np.ndarray:
+    """The filter of sorted hashes `h` (built a slice at a time: a base holds tens of millions)."""
+    words = np.zeros(-(-len(h) // FILTER_KEYS), dtype=np.uint64)
+    for lo in range(0, len(h), step):
+        at, bits = _filter_bits(h[lo:lo + step], prefix[lo:lo + step], len(words))
+        first = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
+        words[at[first]] |= np.bitwise_or.reduceat(bits, first)
+    return words
 
 
 def _encode(run: Run) -> bytearray:
-    """MAGIC, n, FENCE_EVERY, the fence (ceil(n / FENCE_EVERY) prefixes), the n prefixes, then n records
-    (the hash's other 24 bytes, int32 partition), in hash order. One copy into the result (a base is
-    large: no intermediate bytes objects)."""
+    """MAGIC, n, FENCE_EVERY, the filter's word count and FILTER_BITS, the fence (ceil(n / FENCE_EVERY)
+    prefixes), the filter (ceil(n / FILTER_KEYS) words), the n prefixes, then n records (the hash's other
+    24 bytes, int32 partition), in hash order. One copy into the result (a base is large: no
+    intermediate bytes objects)."""
     keys = _keys(run)
-    n, start = len(keys.prefix), HEADER + keys.fence.nbytes
+    n, start = len(keys.prefix), HEADER + keys.fence.nbytes + keys.filter.nbytes
     out = bytearray(start + (PREFIX.itemsize + RECORD.itemsize) * n)
-    out[:start] = MAGIC + struct.pack("<QQ", n, FENCE_EVERY) + keys.fence.astype(PREFIX).tobytes()
+    head = struct.pack("<QQQQ", n, keys.every, len(keys.filter), keys.bits)
+    out[:start] = b"".join((MAGIC, head, keys.fence.astype(PREFIX).tobytes(), keys.filter.astype(PREFIX).tobytes()))
     np.frombuffer(out, dtype=PREFIX, count=n, offset=start)[:] = keys.prefix
     records = np.frombuffer(out, dtype=RECORD, count=n, offset=start + PREFIX.itemsize * n)
     records["rest"], records["day"] = keys.rest, keys.day
@@ -140,11 +174,13 @@ def _decode(buf: Any, path: str) -> Keys:
     """A file's columns: views of its bytes, no copy."""
     if bytes(buf[:len(MAGIC)]) != MAGIC:
         raise ValueError(f"not a key index file: {path}")
-    n, every = struct.unpack("<QQ", bytes(buf[len(MAGIC):HEADER]))
+    n, every, words, bits = struct.unpack("<QQQQ", bytes(buf[len(MAGIC):HEADER]))
     fence = np.frombuffer(buf, dtype=PREFIX, count=-(-n // every), offset=HEADER)
-    prefix = np.frombuffer(buf, dtype=PREFIX, count=n, offset=HEADER + fence.nbytes)
-    records = np.frombuffer(buf, dtype=RECORD, count=n, offset=HEADER + fence.nbytes + prefix.nbytes)
-    return Keys(prefix, records["rest"], records["day"], fence, every)
+    fltr = np.frombuffer(buf, dtype=PREFIX, count=words, offset=HEADER + fence.nbytes)
+    start = HEADER + fence.nbytes + fltr.nbytes
+    prefix = np.frombuffer(buf, dtype=PREFIX, count=n, offset=start)
+    records = np.frombuffer(buf, dtype=RECORD, count=n, offset=start + prefix.nbytes)
+    return Keys(prefix, records["rest"], records["day"], fence, every, fltr, bits)
 
 
 def _decode_legacy(buf: Any, path: str) -> Run:
@@ -241,16 +277,19 @@ def _rest(h: np.ndarray) -> np.ndarray:
 def _find(keys: Keys, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For `queries` (S32, any order): which are in `keys` (mask) and the partition value of each found
     one. numpy compares S32 items through a generic byte-string path (about 1 us a query on 5M hashes):
-    a query is placed among the prefixes (`_first_at_least`), and its rest compared only where the
-    prefix there is its own. A smaller hash may share that prefix (odds about n / 2**64): such a query
-    is searched again among the rests of every hash of its prefix."""
+    a query that passes the filter is placed among the prefixes (`_first_at_least`), and its rest
+    compared only where the prefix there is its own. A smaller hash may share that prefix (odds about
+    n / 2**64): such a query is searched again among the rests of every hash of its prefix."""
     n = len(keys.prefix)
     found = np.zeros(len(queries), dtype=bool)
     if not n or not len(queries):
         return found, np.zeros(0, dtype=DAY)
     qp, qr = _prefix(queries), _rest(queries)
-    idx = _first_at_least(keys, qp)
-    same = np.flatnonzero(idx < n)
+    at, bits = _filter_bits(queries, qp, len(keys.filter), keys.bits)
+    maybe = np.flatnonzero((keys.filter[at] & bits) == bits)
+    idx = np.full(len(queries), n, dtype=np.int64)
+    idx[maybe] = _first_at_least(keys, qp[maybe])
+    same = maybe[idx[maybe] < n]
     same = same[keys.prefix[idx[same]] == qp[same]]
     hit = keys.rest[idx[same]] == qr[same]
     found[same[hit]] = True
@@ -261,9 +300,9 @@ def _find(keys: Keys, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ends = np.where(last, n, _first_at_least(keys, np.where(last, top, top + 1)))
         for i, end in zip(shared.tolist(), ends.tolist(), strict=True):
             rests = np.ascontiguousarray(keys.rest[idx[i]:end])
-            at = int(np.searchsorted(rests, qr[i]))
-            if at < len(rests) and rests[at] == qr[i]:
-                found[i], idx[i] = True, idx[i] + at
+            j = int(np.searchsorted(rests, qr[i]))
+            if j < len(rests) and rests[j] == qr[i]:
+                found[i], idx[i] = True, idx[i] + j
     return found, keys.day[idx[found]]
 
 
