@@ -23,7 +23,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -35,11 +35,21 @@ import pyarrow.fs as pafs
 from .errors import InputError
 from .faults import crash_point
 
-# Temporary files: `<dir>/.tmp-<host>-<pid>-<uuid>` next to their final name, written, fsynced, then
-# renamed or linked. A writer killed in between leaves one behind, holding whatever it was writing, so
-# every writer start, every erasure and `vacuum` sweep them (`temp_files`, `sweep_temp`): a temp file is
-# stale when the process that wrote it is gone (same host, pid not running) or it is older than the grace.
+# Temporary files: `<root>/_tmp/.tmp-<host>-<pid>-<uuid>`, ONE flat folder per storage root (a `child`
+# storage shares its parent's; the folder is created on demand), written, fsynced, then renamed or linked
+# to the final name: the folder is under the root, so on the same filesystem as every final name. A writer
+# killed in between leaves one behind, holding whatever it was writing, so every writer start lists the
+# temp folders of the roots it writes into (quarantine/temp_sweep.py: never a walk of the lake), and every
+# erasure and `vacuum` walk the whole lake (`temp_files`, `sweep_temp` without `under`: `_tmp` and the
+# temp files an earlier version left next to their final names). A temp file is stale when the process
+# that wrote it is gone (same host, pid not running) or it is older than the grace.
+# Durability is what it was when temps sat next to their final names: the data is fsynced before the
+# rename/link and no directory is fsynced, before or now (a rename or link across two directories of one
+# filesystem is one journal transaction on ext4/xfs, as it was within one; after a power cut a new name may
+# be missing, as before, never half-written). A `_tmp` lost in a power cut costs nothing: no reader looks
+# there.
 TEMP_PREFIX = ".tmp-"
+TEMP_DIR = "_tmp"  # under every storage root (Delta readers and delta-rs ignore `_`-prefixed folders)
 TEMP_GRACE_SECONDS = 3600.0
 HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _TEMP_NAME = re.compile(r"\.tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-)?[0-9a-f]{32}")
@@ -63,8 +73,8 @@ class TempFile:
 
 
 def temp_name() -> str:
-    """A fresh temp file name (no directory) that the sweeps can attribute to this host and process. Any
-    code writing a temp file under the lake should use it, and put the file next to its final name."""
+    """A fresh temp file name (no directory) that the sweeps can attribute to this host and process. Code
+    writing a temp file under the lake gets a full path from `Storage.temp_path` (the storage's `_tmp`)."""
     return f"{TEMP_PREFIX}{HOST_TAG}-{os.getpid()}-{uuid.uuid4().hex}"
 
 
@@ -161,10 +171,16 @@ class Storage:
             self.fs = pafs.LocalFileSystem()
             self._base = str(local)
             self.root = str(local)
+        self._temp_dir = f"{self._base}/{TEMP_DIR}"  # where its temp files go (local disk): `child` may share
 
     def child(self, rel: str) -> Storage:
-        """A Storage rooted at a sub-path (a table's own root)."""
-        return Storage(self.uri(rel), self.storage_options)
+        """A Storage rooted at a sub-path (e.g. an index root). It writes its temp files into this
+        storage's `_tmp` (one temp folder for the lake's own files), unless the sub-path resolves outside
+        this root (a symlink: maybe another filesystem), where it gets its own."""
+        sub = Storage(self.uri(rel), self.storage_options)
+        if sub._base.startswith(self._base + "/"):
+            sub._temp_dir = self._temp_dir
+        return sub
 
     def uri(self, rel: str = "") -> str:
         rel = rel.strip("/")
@@ -197,12 +213,17 @@ class Storage:
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
 
+    def temp_path(self) -> str:
+        """A fresh full path in this storage's temp folder (local disk), which exists on return."""
+        os.makedirs(self._temp_dir, exist_ok=True)
+        return f"{self._temp_dir}/{temp_name()}"
+
     def _write_temp(self, parent: str, data: bytes | bytearray, mode: int | None = None, *,
                     durable: bool = True) -> str:
-        """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in `parent`
-        (local disk); returns that name. The crash point `storage.after_temp:<top-level dir>` dies with
-        the temp file written, unrenamed."""
-        tmp = f"{parent}/{temp_name()}"
+        """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in the temp
+        folder (local disk); returns that path. `parent` is the final name's directory: the crash point
+        `storage.after_temp:<its top-level dir>` dies with the temp file written, not yet renamed."""
+        tmp = self.temp_path()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -212,6 +233,16 @@ class Storage:
         crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
+    @staticmethod
+    def _rename(tmp: str, full: str) -> None:
+        """Move a temp file onto its final name (replacing it); the temp file is gone either way."""
+        try:
+            os.replace(tmp, full)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
     def write_bytes(self, rel: str, data: bytes | bytearray, *, durable: bool = True) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
         first unless durable=False: for a file whose loss or emptiness after a power cut is harmless)."""
@@ -219,7 +250,7 @@ class Storage:
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            os.replace(self._write_temp(parent, data, durable=durable), full)
+            self._rename(self._write_temp(parent, data, durable=durable), full)
         else:
             with self.fs.open_output_stream(full) as out:
                 out.write(data)
@@ -293,7 +324,7 @@ class Storage:
                 current = self.read_tagged(rel)
                 if current is None or current[1] != tag:
                     return False
-                os.replace(self._write_temp(full.rsplit("/", 1)[0], data), full)
+                self._rename(self._write_temp(full.rsplit("/", 1)[0], data), full)
                 return True
         import obstore
         from obstore.exceptions import PreconditionError
@@ -364,9 +395,10 @@ class Storage:
 
     def temp_files(self, grace_seconds: float = TEMP_GRACE_SECONDS, *,
                    under: tuple[str, ...] | None = None) -> list[TempFile]:
-        """Every temp file under the root (outside Delta logs and the catalog), with its state; only those
-        under the folders `under` when given (a bounded sweep, temp/sweep.py). Temp files exist on local
-        disk only: object-store writes are single PUTs."""
+        """Every temp file under the root (outside Delta logs and the catalog: `_tmp` and anything an
+        earlier version left next to a final name), with its state; only those under the folders `under`
+        when given (the writer start's `_tmp` listing, quarantine/temp_sweep.py). Temp files exist on
+        local disk only: object-store writes are single PUTs."""
         if not self.is_local:
             return []
         now = time.time()

@@ -26,6 +26,7 @@ from delta_release.drills.crash import (
     run_crash_drill,
 )
 from delta_release.drills.scan import files_holding
+from delta_release.raw import batch_id_of
 
 
 def test_crash_point_is_a_no_op_when_not_armed() -> None:
@@ -108,6 +109,15 @@ def test_erased_id_scan_reads_parquet_and_skips_raw(tmp_path: Path) -> None:
     assert erased_id_holders(tmp_path / "lake", allow_disallowed=True) == {}  # ... of a disallowed version
     lake.vacuum(apply=True)
     assert erased_id_holders(tmp_path / "lake", allow_disallowed=False) == {}
+    # a raw batch's copy killed in its temp file (in `_tmp/`): raw bytes, when the drill names the batch
+    batch = jsonl([up(ERASED, 1, day=3)])
+    copy = tmp_path / "lake" / "_tmp" / f".tmp-{'e' * 32}"
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(batch)
+    held = {ERASED: [f"_tmp/{copy.name}"]}
+    assert erased_id_holders(tmp_path / "lake", allow_disallowed=True) == held
+    assert erased_id_holders(tmp_path / "lake", allow_disallowed=True, raw_copies=frozenset({"0" * 16})) == held
+    assert erased_id_holders(tmp_path / "lake", allow_disallowed=True, raw_copies=frozenset({batch_id_of(batch)})) == {}
 
 
 # Checks known to fail (none since issue 13 items 1 and 2 landed); add an entry, with a strict xfail on

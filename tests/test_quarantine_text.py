@@ -213,7 +213,8 @@ def test_killed_temp_write_is_swept_by_the_next_writer(tmp_path: Path, point: st
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     temps = _temps(root)
     top = point.split(":")[1]
-    assert len(temps) == 1 and temps[0].startswith(top + "/.tmp-")
+    assert len(temps) == 1 and temps[0].startswith("_tmp/.tmp-")  # the lake's one temp folder, not `top`
+    assert not any((root / top).glob(".tmp-*"))
     holding = files_holding(root, X)
     if top == "_raw":
         assert temps[0] in holding  # the raw batch's bytes, not yet under their name
@@ -243,15 +244,19 @@ def test_vacuum_reports_and_removes_temp_files_and_erase_sweeps_them(tmp_path: P
     assert code == 0 and _temps(root) == []
 
     # an old temp file of unknown origin (no pid in its name) is kept while young, removed once expired
-    stray = root / "_raw" / f".tmp-{'b' * 32}"
+    stray = root / "_tmp" / f".tmp-{'b' * 32}"
     stray.write_bytes(batch.read_bytes())
-    assert _cli(root, "vacuum", "--apply")[0] == 0 and stray.exists()
+    legacy = root / "_raw" / f".tmp-{'d' * 32}"  # where an earlier version wrote its temp files
+    legacy.write_bytes(batch.read_bytes())
+    assert _cli(root, "vacuum", "--apply")[0] == 0 and stray.exists() and legacy.exists()
     old = time.time() - 2 * 3600
     os.utime(stray, (old, old))
+    os.utime(legacy, (old, old))
     assert _killed_ingest(root, batch, "storage.after_temp:_raw").returncode == -signal.SIGKILL
     lake = dr.Lake.open(root)
     lake.ingest(jsonl([up("y", 2)]))  # removes the expired stray and the killed write's temp file
-    assert _temps(root) == []
+    assert _temps(root) == [legacy.relative_to(root).as_posix()]  # a writer start lists `_tmp` only
+    assert _cli(root, "vacuum", "--apply")[0] == 0 and _temps(root) == []  # vacuum walks the lake
     assert _killed_ingest(root, batch, "storage.after_temp:_raw").returncode == -signal.SIGKILL
     assert len(_temps(root)) == 1
     report = lake.erase(X, force=True)  # X reached no raw batch (the write was killed)

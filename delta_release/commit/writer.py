@@ -297,7 +297,9 @@ def before_work(ctx: TableContext, *, lake_wide: bool = True) -> Upkeep:
         from ..erasure.erase import complete_pending_erasures
         from ..quarantine.upkeep import writer_start
 
-        started = writer_start(ctx.lake.storage)
+        lake = ctx.lake  # the roots a writer writes into: the lake's, this table's, the lake's other tables'
+        roots = {ctx.uri, *(lake.resolve_location(lake.default_location(t)) for t in lake.tables.values())}
+        started = writer_start(lake.storage, tables=sorted(roots))
         upkeep.temp_files_removed = list(started["temp_files_removed"])
         upkeep.quarantine_migrated = int(started["quarantine_migrated"])
         upkeep.erasures_completed = complete_pending_erasures(ctx.lake)

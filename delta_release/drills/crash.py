@@ -6,10 +6,10 @@ MANIFEST` (files from `delta_release.external.producer`) and a release `run CONF
 writer's generic points (commit/writer.py: stage.after_first_file, ingest.after_staging,
 ingest.after_gate, commit.during, ingest.after_commit, publish.before_swap, ingest.after_publish) fire in
 every writer that commits; each command adds its own (`crash_point(` / `crash_window(` in the package);
-`storage.after_temp:<dir>` points kill a write between its temp file and its rename. A point listed
-here that the code does not declare (another branch adds it) is reported as `skipped`, never as passed;
-`declared_points()` reads the package source, and tests/test_crash.py checks that every point the code
-declares is in this table.
+`storage.after_temp:<dir>` points kill a write between its temp file (in `_tmp/`) and its rename into
+`<dir>`. A point listed here that the code does not declare (another branch adds it) is reported as
+`skipped`, never as passed; `declared_points()` reads the package source, and tests/test_crash.py checks
+that every point the code declares is in this table.
 
 Every scenario starts from one base lake per writer (copied per point): a base batch, then an erasure of
 `ERASED` (so the lake has an erased subject), then the writer's own setup; the killed writer's batch
@@ -67,6 +67,8 @@ from ..errors import DeltaReleaseError, ErasureExposureError, InputError
 from ..faults import CRASH_ENV, DELAY_ENV
 from ..lake import Lake
 from ..raw import batch_id_of
+from ..storage import TEMP_DIR
+from ..storage import TEMP_PREFIX as TEMP_NAME_PREFIX
 from ..views import current_rows
 from .scan import files_holding
 from .scratch import prepare_scratch
@@ -291,6 +293,7 @@ def _ingest_points() -> tuple[CrashPoint, ...]:
             *g[:3],
             _p("ingest.after_quarantine", "after staging, the gate and the quarantine write"),
             _p(TEMP_PREFIX + "_quarantine", "quarantine ledger written to its temp file, not renamed"),
+            _p(TEMP_PREFIX + "_delta_log", "the commit's log entry written to its temp file, not linked"),
             *g[3:])
 
 
@@ -584,14 +587,22 @@ def _subject_label(order_id: str) -> str:
     return "ERASED" if order_id == ERASED else "TARGET"
 
 
-def erased_id_holders(lake_dir: Path, *, allow_disallowed: bool) -> dict[str, list[str]]:
+def erased_id_holders(lake_dir: Path, *, allow_disallowed: bool,
+                      raw_copies: frozenset[str] = frozenset()) -> dict[str, list[str]]:
     """id -> files under the lake outside `_raw/` holding it (all of them read), minus, when
-    `allow_disallowed`, data files of versions that are not allowed (vacuum removes those)."""
+    `allow_disallowed`, data files of versions that are not allowed (vacuum removes those), and minus
+    temp files in `_tmp/` that are the copy of a raw batch in `raw_copies` (batch ids): a raw batch's
+    bytes on their way to `_raw/<sha256>.jsonl`, written by a copy killed before its link."""
     lake = Lake.open(lake_dir)
     skip = {f"orders/{p}" for p in disallowed_files(lake)} if allow_disallowed else set()
+
+    def raw_copy(rel: str) -> bool:
+        return (bool(raw_copies) and rel.startswith(f"{TEMP_DIR}/{TEMP_NAME_PREFIX}")
+                and batch_id_of((lake_dir / rel).read_bytes()) in raw_copies)
+
     out = {}
     for subject in erased_ids(lake):
-        held = [p for p in files_holding(lake_dir, subject, skip=("_raw/",)) if p not in skip]
+        held = [p for p in files_holding(lake_dir, subject, skip=("_raw/",)) if p not in skip and not raw_copy(p)]
         if held:
             out[subject] = held
     return out
@@ -635,7 +646,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
     pub_version = -1 if pub is None else pub.version
     latest = _versions(lake, table)
     orphans = find_orphans(lake, table)
-    holders = erased_id_holders(lake_dir, allow_disallowed=True)
+    holders = erased_id_holders(lake_dir, allow_disallowed=True, raw_copies=frozenset({batch_id}))
     q_rows = _quarantine_rows(lake, batch_id) if writer.batch else None
     observed = {
         "returncode": proc.returncode, "state": state, "read_refused": seen["refused"],

@@ -9,8 +9,9 @@ them; then expired files; then orphans (in no version at all, e.g. staged files 
 once older than `orphan_grace_hours`, so an in-flight writer's staged candidate is never touched.
 
 Temp files anywhere in the lake (`.tmp-*`, left by a writer killed between writing and renaming them,
-and holding whatever it was writing) are reported in `temp_files` and removed once stale: their writer is
-gone, or they are older than `orphan_grace_hours` (`Storage.temp_files`).
+and holding whatever it was writing: in the `_tmp/` folders, or next to their final names when an earlier
+version wrote them) are reported in `temp_files` and removed once stale: their writer is gone, or they are
+older than `orphan_grace_hours` (`Storage.temp_files`); a running writer's are reported as kept.
 
 Files are deleted directly on storage; no Delta commit is written, so vacuum never makes a concurrent
 writer's parent stale. The Delta log itself is left alone: it holds no subject ids (DESIGN.md, 5).

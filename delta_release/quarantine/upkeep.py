@@ -11,6 +11,7 @@ written last, so a killed migration is simply redone by the next writer and a mi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -62,8 +63,10 @@ def migrate_legacy(storage: Storage) -> int:
     return migrated
 
 
-def writer_start(storage: Storage, grace_seconds: float = TEMP_GRACE_SECONDS) -> dict[str, Any]:
-    """Called by a writer before its own work: removes stale temp files (the whole lake at most every
-    few minutes, temp_sweep.py), migrates a legacy ledger."""
-    removed = sweep_at_writer_start(storage, grace_seconds)  # bounded: temp_sweep.py
+def writer_start(storage: Storage, grace_seconds: float = TEMP_GRACE_SECONDS, *,
+                 tables: Iterable[str] = ()) -> dict[str, Any]:
+    """Called by a writer before its own work: removes stale temp files from the temp folders of the lake
+    root and of the table roots `tables` (URIs; never a walk of the lake, temp_sweep.py), migrates a legacy
+    ledger."""
+    removed = sweep_at_writer_start(storage, grace_seconds, tables=tables)
     return {"temp_files_removed": [t.path for t in removed], "quarantine_migrated": migrate_legacy(storage)}

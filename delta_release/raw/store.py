@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from ..clock import iso
 from ..errors import DeltaReleaseError, InputError, NotFoundError
 from ..faults import crash_point
-from ..storage import Storage, temp_name
+from ..storage import Storage
 
 PREFIX = "_raw"
 
@@ -129,7 +129,7 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
     elif storage.is_local:
         final = storage.local_path(rel)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / temp_name()  # host and pid in the name: the next writer sweeps a killed copy
+        tmp = Path(storage.temp_path())  # in `_tmp`, host and pid in its name: the next writer start sweeps it
         try:
             with open(path, "rb") as src, open(tmp, "wb") as out:
                 src.seek(offset)

@@ -1,0 +1,191 @@
+"""Our own Delta log entry (`_delta._commit_entry`): for a table whose protocol asks nothing of a writer beyond
+add and remove actions, the commit is one atomic create of the log entry we write, not delta-rs's
+create_write_transaction (which replays every file of the table after each commit). The table must read
+the same through delta-rs, Polars and our own history as one committed by delta-rs; anything else goes
+through delta-rs."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from conftest import jsonl, rm, up
+from deltalake import DeltaTable
+
+import delta_release as dr
+from delta_release import _delta
+from delta_release.clock import FixedClock
+from delta_release.errors import StaleParentError
+from delta_release.storage import Storage
+
+BATCHES = [
+    [up("a", 1, amount=10, day=47), up("b", 2, amount=20, day=47), up("c", 3, amount=30, day=48, version=3,
+                                                                      currency="EUR")],
+    [up("a", 4, amount=11, day=48), rm("b", 5, day=47), up("d", 6, amount=40, day=49), up("c", 2, amount=99)],
+]
+
+
+def _lake(root: Path) -> dr.Lake:
+    return dr.Lake.create(root, clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
+
+
+def _entry(lake: dr.Lake, version: int) -> list[dict[str, object]]:
+    path = Path(lake.storage.root) / "orders" / "_delta_log" / f"{version:020d}.json"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _rows_per_day(lake: dr.Lake, version: int) -> dict[object, int]:
+    """Rows per partition as the log's add actions count them (the files differ: each lake buckets its
+    keys under its own secret)."""
+    ctx = lake.table("orders")
+    out: dict[object, int] = {}
+    for e in _delta.file_entries(ctx.uri, ctx.storage_options, version):
+        out[e.partition_values["event_day"]] = out.get(e.partition_values["event_day"], 0) + (e.num_records or 0)
+    return out
+
+
+def test_our_entry_reads_as_the_delta_rs_commit_of_the_same_batches(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    ours = _lake(tmp_path / "ours")
+    for batch in BATCHES:
+        ours.ingest(jsonl(batch))
+    monkeypatch.setattr(_delta, "_plain_writer", lambda *a: False)  # every commit through delta-rs
+    theirs = _lake(tmp_path / "theirs")
+    for batch in BATCHES:
+        theirs.ingest(jsonl(batch))
+    for lake, engine in ((ours, "delta-release/"), (theirs, "delta-rs")):
+        info = _entry(lake, 2)[0]["commitInfo"]
+        assert isinstance(info, dict) and str(info["clientVersion"]).startswith(engine)
+        assert [list(a)[0] for a in _entry(lake, 2)[1:]].count("remove") >= 1  # the batch moved rows
+    _delta.forget_handles()  # a new process: both tables from their logs alone
+    for version in (1, 2):
+        assert _rows_per_day(ours, version) == _rows_per_day(theirs, version)
+        assert ours.read(version=version).sort("order_id").equals(theirs.read(version=version).sort("order_id"))
+        # delta-rs's own scan of the entry we wrote, and Polars reading the log directly
+        ctx = ours.table("orders")
+        rows = pl.from_arrow(_delta.query_all(ctx.uri, ctx.storage_options, version))
+        assert isinstance(rows, pl.DataFrame)
+        direct = pl.read_delta(ctx.uri, version=version)
+        assert rows.sort("order_id").equals(direct.select(rows.columns).sort("order_id"))
+    ev_ours = _delta.version_evidence(ours.table("orders").uri, {}, 2)
+    ev_theirs = _delta.version_evidence(theirs.table("orders").uri, {}, 2)
+    assert ev_ours is not None and ev_theirs is not None and ev_ours["operation"] == ev_theirs["operation"]
+    assert [(h["version"], h["operation"]) for h in ours.history()] == \
+        [(h["version"], h["operation"]) for h in theirs.history()]
+    current = ours.read().sort("order_id")
+    assert current["order_id"].to_list() == ["a", "c", "d"] and current["amount_cents"].to_list() == [11, 30, 40]
+
+
+def test_only_plain_tables_and_paths_take_our_entry(tmp_path: Path) -> None:
+    schema = pa.schema([("k", pa.string()), ("day", pa.int32())])
+    plain = DeltaTable.create(str(tmp_path / "plain"), schema, partition_by=["day"])
+    append_only = DeltaTable.create(str(tmp_path / "ao"), schema, partition_by=["day"],
+                                    configuration={"delta.appendOnly": "true"})
+    add = _delta.FileAdd(path="day=1/part-0.parquet", size=1, partition_values={"day": "1"}, stats="",
+                         modification_time=1)
+    spaced = _delta.FileAdd(path="day=1/part 0.parquet", size=1, partition_values={"day": "1"}, stats="",
+                            modification_time=1)
+    assert _delta._plain_writer(plain, [add], [])
+    assert not _delta._plain_writer(append_only, [add], [])  # delta-rs refuses its removes
+    assert not _delta._plain_writer(plain, [spaced], [])  # a path delta-rs would percent-encode
+
+
+def test_a_refused_create_is_ours_only_when_the_entry_holds_our_bytes(lake: dr.Lake,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On S3 a PUT retried after a lost response is refused as a second create of the entry it made: the
+    commit is ours when the entry holds our bytes, and a stale parent when it holds another writer's."""
+    lake.ingest(jsonl([up("a", 1)]))
+    ctx = lake.table("orders")
+    real = Storage.write_once
+
+    def landed_then_refused(self: Storage, rel: str, data: bytes, **kw: object) -> bool:
+        real(self, rel, data)
+        return False
+
+    monkeypatch.setattr(Storage, "write_once", landed_then_refused)
+    assert _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=1, adds=[], removes=[],
+                         evidence={"note": "mine"}, partition_by=["event_day"]) == 2
+    monkeypatch.setattr(Storage, "write_once", lambda self, rel, data, **kw: False)  # someone else's entry
+    with pytest.raises(StaleParentError):
+        _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=1, adds=[], removes=[],
+                      evidence={"note": "late"}, partition_by=["event_day"])
+    assert _delta.version_evidence(ctx.uri, ctx.storage_options, 2) == {"note": "mine"}
+
+
+def test_a_commit_of_many_actions_is_checkpointed(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backfill's commit adds thousands of files: a checkpoint right after it spares every later open the
+    parse of that JSON entry (the threshold lowered here, so a small batch counts as large)."""
+    log = Path(lake.storage.root) / "orders" / "_delta_log"
+    lake.ingest(jsonl([up("a", 1, day=40), up("b", 2, day=41)]))
+    assert not list(log.glob("*.checkpoint.parquet"))  # two files: below the threshold
+    monkeypatch.setattr(_delta, "CHECKPOINT_ACTIONS", 3)
+    lake.ingest(jsonl([up("c", 3, day=42), up("d", 4, day=43), up("e", 5, day=44)]))
+    assert [p.name for p in log.glob("*.checkpoint.parquet")] == [f"{2:020d}.checkpoint.parquet"]
+    _delta.forget_handles()
+    assert sorted(lake.read(version=2)["order_id"].to_list()) == ["a", "b", "c", "d", "e"]
+
+
+def _listing(ctx: object, version: int) -> list[tuple[str, int, object, int | None]]:
+    uri, opts = ctx.uri, ctx.storage_options  # type: ignore[attr-defined]
+    return [(e.path, e.size, e.partition_values["event_day"], e.num_records)
+            for e in _delta.partition_entries(uri, opts, version, "event_day", [str(d) for d in range(38, 46)])]
+
+
+def test_the_next_ingest_reads_the_commits_since_not_a_snapshot(lake: dr.Lake,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process, a writer's view (newest version, files of the touched partitions) moves forward by
+    the log entries since, not by delta-rs's replay of every file: the cached handle stays where it was,
+    and every listing equals the one a new process reads from the log."""
+    lake.ingest(jsonl([up(f"o{i}", i, day=40 + i % 5) for i in range(20)]))
+    ctx = lake.table("orders")
+    handle = _delta._cached(ctx.uri, ctx.storage_options)
+    assert handle is not None
+    moves = monkeypatch.setattr  # the handle must not be moved by an ingest
+    calls: list[str] = []
+    for name in ("update_incremental", "load_as_version"):
+        real = getattr(handle, name)
+        moves(handle, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    warm = []
+    for step in range(4):  # moves across days, deletes, one batch through delta-rs's commit (step 2)
+        if step == 2:
+            monkeypatch.setattr(_delta, "_plain_writer", lambda *a: False)
+        lake.ingest(jsonl([up(f"o{i}", 100 + 10 * step + i, day=44 - (i + step) % 5) for i in range(0, 20, 3)]
+                          + [rm(f"o{step + 5}", 200 + step)]))
+        monkeypatch.setattr(_delta, "_plain_writer", _PLAIN_WRITER)
+        version = ctx.latest_version()
+        assert version == 2 + step
+        warm.append(_listing(ctx, version))
+        assert calls == (["load_as_version"] if step == 2 else []), step  # delta-rs commits on its snapshot
+        calls.clear()
+    assert handle.version() == 3  # moved once, to the parent of delta-rs's commit
+    _delta.forget_handles()  # a new process
+    assert [_listing(ctx, v) for v in range(2, 6)] == warm
+    assert all(w for w in warm)
+
+
+def test_a_metadata_change_since_falls_back_to_the_snapshot(lake: dr.Lake) -> None:
+    """A commit that is not only adds and removes (here another writer sets a table property) is not
+    replayed by us: the listing and the next commits come from delta-rs's snapshot, and stay right (the
+    commits see the new checkpoint interval)."""
+    lake.ingest(jsonl([up("a", 1, day=40), up("b", 2, day=41)]))
+    ctx = lake.table("orders")
+    assert _listing(ctx, 1)  # the cached file frame, at version 1
+    DeltaTable(ctx.uri).alter.set_table_properties({"delta.checkpointInterval": "4"})  # version 2: metaData
+    warm = _listing(ctx, 2)
+    version = 2
+    while version < 7:  # commits on parents 2..6; with the new interval the checkpoint goes to 7
+        version = _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=version, adds=[],
+                                removes=[], evidence={}, partition_by=["event_day"])
+    log = Path(ctx.uri) / "_delta_log"
+    assert (log / f"{7:020d}.checkpoint.parquet").exists()
+    assert not (log / f"{99:020d}.checkpoint.parquet").exists()
+    _delta.forget_handles()
+    assert _listing(ctx, 2) == warm and _listing(ctx, 7) == warm
+    assert sorted(_delta.query_all(ctx.uri, ctx.storage_options, 7).column("order_id").to_pylist()) == ["a", "b"]
+
+
+_PLAIN_WRITER = _delta._plain_writer
