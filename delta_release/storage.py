@@ -218,7 +218,8 @@ class Storage:
         os.makedirs(self._temp_dir, exist_ok=True)
         return f"{self._temp_dir}/{temp_name()}"
 
-    def _write_temp(self, parent: str, data: bytes, mode: int | None = None, *, durable: bool = True) -> str:
+    def _write_temp(self, parent: str, data: bytes | bytearray, mode: int | None = None, *,
+                    durable: bool = True) -> str:
         """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in the temp
         folder (local disk); returns that path. `parent` is the final name's directory: the crash point
         `storage.after_temp:<its top-level dir>` dies with the temp file written, not yet renamed."""
@@ -242,7 +243,7 @@ class Storage:
                 os.unlink(tmp)
             raise
 
-    def write_bytes(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+    def write_bytes(self, rel: str, data: bytes | bytearray, *, durable: bool = True) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
         first unless durable=False: for a file whose loss or emptiness after a power cut is harmless)."""
         full = self._full(rel)
@@ -264,7 +265,7 @@ class Storage:
 
         obstore.put(self._obstore(), rel.strip("/"), data, mode="overwrite")
 
-    def write_once(self, rel: str, data: bytes, *, mode: int | None = None) -> bool:
+    def write_once(self, rel: str, data: bytes | bytearray, *, mode: int | None = None) -> bool:
         """Create `rel` with `data` unless it exists. Returns True when this call created it.
 
         Atomic on both stores: on local disk the final name is taken with a hard link, which fails if the

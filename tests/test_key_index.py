@@ -200,18 +200,52 @@ def test_a_lake_many_commits_behind_is_caught_up_in_one_file(tmp_path: Path, mon
     monkeypatch.delenv(index.ENV_OFF)
     assert key_index(lake).locate(["a", "n2", "n5", "zz"], upto=5) == {"a": 5, "n2": 2, "n5": 5}
     names = sorted(p.name for p in (index_dir(lake) / "keys").iterdir())
-    assert "d-000000000002-000000000005.kx" in names  # one file for the four missed commits
+    assert "d-000000000002-000000000005.kx2" in names  # one file for the four missed commits
     assert not [n for n in names if n.startswith("d-000000000003")]
 
 
 def test_the_index_of_the_previous_layout_is_replaced(tmp_path: Path) -> None:
-    """An index left in the per-shard layout (keys/<shard>/*.arrow, keys/v/*) is rebuilt, and its files go."""
+    """An index left in the per-shard layout (keys/<shard>/*.arrow, keys/v/*), with a `.kx` file that
+    cannot be converted (cut short), is rebuilt, and its files go."""
     lake = dr.Lake.create(tmp_path / "lake")
     lake.ingest(jsonl([up("a", 1, day=1), up("b", 2, day=2)]))
     keys_dir = index_dir(lake) / "keys"
-    for p in keys_dir.glob("*.kx"):
+    for p in keys_dir.glob("*.kx2"):
         p.unlink()
     (keys_dir / "ab").mkdir()
     (keys_dir / "ab" / "b-000000000001.arrow").write_bytes(lake.erasures.subject_key("a").encode())
+    (keys_dir / "b-000000000001.kx").write_bytes(b"DRKEYS01 but cut short")
     assert key_index(lake).locate(["a", "b"], upto=1) == {"a": 1, "b": 2}
-    assert not (keys_dir / "ab" / "b-000000000001.arrow").exists()
+    assert sorted(p.name for p in keys_dir.rglob("*") if p.is_file()) == ["b-000000000001.kx2", "complete.json"]
+
+
+def test_an_index_of_the_previous_layout_is_converted_not_rebuilt(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files of the previous layout (`.kx`: DRKEYS01, hashes then partitions) are written again in this
+    one under the same names (not rebuilt from the table: they are trusted, as before), and deleted; a
+    lookup and a catch-up after more commits then answer from them."""
+    import struct
+
+    import numpy as np
+
+    from delta_release.index import keys as kx
+
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.ingest(jsonl([up("a", 1, day=1), up("b", 2, day=2)]))
+    lake.ingest(jsonl([up("c", 3, day=3)]))
+    keys_dir = index_dir(lake) / "keys"
+    names = sorted(p.name for p in keys_dir.glob("*.kx2"))
+    assert len(names) >= 2
+    for p in keys_dir.glob("*.kx2"):
+        h, day = kx._decode(p.read_bytes(), p.name).run()
+        day = np.where(h == np.frombuffer(bytes.fromhex(lake.erasures.subject_key("b")), dtype=kx.HASH), 7, day)
+        old = b"DRKEYS01" + struct.pack("<Q", len(h)) + h.tobytes() + day.astype(kx.DAY).tobytes()
+        p.with_suffix(".kx").write_bytes(old)
+        p.unlink()
+    (keys_dir / "d-000000000009-000000000009.kx").write_bytes(b"not a key file")
+    monkeypatch.setattr(kx.KeyIndex, "rebuild", lambda *a: pytest.fail("rebuilt from the table"))
+    assert key_index(lake).locate(["a", "b", "c", "z"], upto=2) == {"a": 1, "b": 7, "c": 3}  # (b: as converted)
+    assert sorted(p.name for p in keys_dir.glob("*.kx2")) == names and not list(keys_dir.glob("*.kx"))
+    lake.ingest(jsonl([up("a", 4, day=5)]))
+    assert key_index(lake).locate(["a", "b", "c"], upto=3) == {"a": 5, "b": 7, "c": 3}
+

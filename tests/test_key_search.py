@@ -1,5 +1,7 @@
-"""The key index's search by 8-byte prefixes (index/keys.py `_search`) gives numpy's positions for any
-sorted queries, also when hashes share a prefix (the case that takes the full compare)."""
+"""The key index's search (index/keys.py `_find`, `_first_at_least`): by 8-byte prefixes placed through a
+fence, then the rest of the hash. It finds exactly the hashes a run holds, with their partition values,
+for any queries, also when hashes share a prefix (the case that searches the rests of that prefix),
+whatever the fence's spacing, in memory and in a file's columns."""
 
 from __future__ import annotations
 
@@ -7,58 +9,119 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delta_release.index.keys import DAY, HASH, _argsort, _find, _search
+from delta_release.index.keys import (
+    DAY,
+    FENCE_EVERY,
+    HASH,
+    _argsort,
+    _decode,
+    _encode,
+    _filter,
+    _filter_bits,
+    _find,
+    _first_at_least,
+    _keys,
+    _prefix,
+)
 
 _hash = st.tuples(st.sampled_from([b"\x00" * 8, b"\x01" * 8, b"\x7f" + b"\x00" * 7, b"\xff" * 8]),
                   st.binary(min_size=24, max_size=24)).map(lambda t: t[0] + t[1])
+_any_hash = st.one_of(_hash, st.binary(min_size=32, max_size=32))
+EVERY = (1, 2, 4, 8, 64, FENCE_EVERY)
+
+
+def _check(h: np.ndarray, queries: np.ndarray, every: int) -> None:
+    """`_find` against a model, and `_first_at_least` against numpy's searchsorted of the prefixes."""
+    days = np.arange(len(h), dtype=DAY) * 3 - 2
+    keys = _keys((h, days), every)
+    qp = _prefix(queries)
+    assert _first_at_least(keys, qp).tolist() == np.searchsorted(keys.prefix, qp).tolist()
+    found, got = _find(keys, queries)
+    items = h.tolist()  # (numpy's S32 items drop trailing zero bytes: compare numpy's own values)
+    assert found.tolist() == [q in items for q in queries.tolist()]
+    assert got.tolist() == [items.index(q) * 3 - 2 for q in queries.tolist() if q in items]
 
 
 @settings(max_examples=200, deadline=None)
-@given(base=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), unique=True, max_size=60),
-       extra=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), max_size=30),
+@given(base=st.lists(_any_hash, unique=True, max_size=60), extra=st.lists(_any_hash, max_size=30),
        take=st.integers(min_value=0, max_value=60))
-def test_search_equals_numpy_searchsorted(base: list[bytes], extra: list[bytes], take: int) -> None:
+def test_find_equals_a_model(base: list[bytes], extra: list[bytes], take: int) -> None:
     h = np.array(sorted(base), dtype=HASH)
     queries = np.array(sorted(set(base[:take]) | set(extra)), dtype=HASH)
     if not len(h) or not len(queries):
         return
-    assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist()
-    assert _search(h, queries, interpolate_min=0).tolist() == np.searchsorted(h, queries).tolist()
-    days = np.arange(len(h), dtype=DAY)
-    found, got = _find((h, days), queries)
-    items = h.tolist()  # (numpy's S32 items drop trailing zero bytes: compare numpy's own values)
-    assert found.tolist() == [q in items for q in queries.tolist()]
-    assert got.tolist() == [items.index(q) for q in queries.tolist() if q in items]
+    for every in EVERY:
+        _check(h, queries, every)
+    _check(h, queries[::-1].copy(), 4)  # (queries in any order)
 
 
-def test_shared_prefixes_take_the_full_compare() -> None:
+def test_shared_prefixes_search_the_rests() -> None:
     prefix = b"\x05" * 8
     h = np.array(sorted(prefix + bytes([i]) * 24 for i in range(0, 200, 10)), dtype=HASH)
-    queries = np.array(sorted(prefix + bytes([i]) * 24 for i in range(5, 200, 10)), dtype=HASH)  # none present
-    assert _search(h, queries).tolist() == np.searchsorted(h, queries).tolist() == list(range(1, 21))
-    hit = np.array([h[7]], dtype=HASH)
-    assert _search(h, hit).tolist() == [7]
-    assert _search(h, queries, interpolate_min=0).tolist() == list(range(1, 21))
-    assert _search(h, hit, interpolate_min=0).tolist() == [7]
+    absent = np.array(sorted(prefix + bytes([i]) * 24 for i in range(5, 200, 10)), dtype=HASH)
+    top = np.array(sorted(b"\xff" * 8 + bytes([i]) * 24 for i in range(0, 200, 10)), dtype=HASH)
+    for every in (1, 2, 4, 8, FENCE_EVERY):  # blocks that end inside the run of shared prefixes, and at its edges
+        _check(h, np.sort(np.concatenate([h, absent])), every)
+        _check(h, h[7:8], every)
+        # the largest prefix (its search for "the next prefix" is the end)
+        _check(top, np.sort(np.concatenate([top, absent, np.array([b"\xff" * 32], dtype=HASH)])), every)
 
 
-def test_interpolation_on_uniform_hashes_equals_numpy() -> None:
-    """The large-file path: uniform hashes, queries present and absent, and the ends of the range."""
+def test_uniform_hashes_at_block_edges_and_range_ends() -> None:
+    """The large-file case: uniform hashes, queries present and absent, the ends of the range, each
+    block's first and last hash (the fence's own entries and their neighbours), and a last block
+    shorter than the others."""
     rng = np.random.default_rng(7)
     h = np.unique(np.frombuffer(rng.bytes(32 * 200_000), dtype=HASH))
+    assert len(h) % FENCE_EVERY
+    edges = np.unique(np.concatenate([np.arange(0, len(h), FENCE_EVERY) + d for d in (-1, 0, 1)]).clip(0, len(h) - 1))
     queries = np.sort(np.concatenate([np.frombuffer(rng.bytes(32 * 5_000), dtype=HASH),
-                                      h[rng.choice(len(h), 5_000, replace=False)],
+                                      h[rng.choice(len(h), 5_000, replace=False)], h[edges],
                                       np.array([b"\x00" * 31 + b"\x01", b"\xff" * 32, h[0], h[-1]], dtype=HASH)]))
-    got = _search(h, queries)
-    assert got.tolist() == np.searchsorted(h, queries).tolist()
-    assert (got == len(h)).any() and (got == 0).any()
-    found, _ = _find((h, np.zeros(len(h), dtype=DAY)), queries)
-    assert found.tolist() == np.isin(queries, h).tolist() and found.sum() >= 5_002
+    keys = _keys((h, np.arange(len(h), dtype=DAY)))
+    places = _first_at_least(keys, _prefix(queries))
+    assert places.tolist() == np.searchsorted(h, queries).tolist()  # (no prefix is shared at these odds)
+    assert (places == len(h)).any() and (places == 0).any()
+    found, got = _find(keys, queries)
+    assert found.tolist() == np.isin(queries, h).tolist() and found.sum() >= 5_000 + len(edges)
+    assert got.tolist() == places[found].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(base=st.lists(_any_hash, unique=True, max_size=600), extra=st.lists(_any_hash, max_size=30))
+def test_a_file_round_trips_and_its_columns_find_every_hash(base: list[bytes], extra: list[bytes]) -> None:
+    """A file's bytes give back its run and a fence of FENCE_EVERY; every hash is found with its own
+    partition value, and a hash not in it is not (empty and tiny files, files of a block and more)."""
+    h = np.array(sorted(base), dtype=HASH)
+    days = np.arange(len(h), dtype=DAY) * 3 - 2
+    keys = _decode(_encode((h, days)), "f")
+    back = keys.run()
+    assert back[0].tolist() == h.tolist() and back[1].tolist() == days.tolist()
+    assert keys.every == FENCE_EVERY and keys.fence.tolist() == _prefix(h)[::FENCE_EVERY].tolist()
+    queries = np.array(sorted(set(base) | set(extra)), dtype=HASH)
+    found, got = _find(keys, queries)
+    items = h.tolist()
+    assert found.tolist() == [q in items for q in queries.tolist()]
+    assert got.tolist() == [items.index(q) * 3 - 2 for q in queries.tolist() if q in items]
+
+
+def test_files_of_one_block_and_around_it() -> None:
+    """Files of 1, FENCE_EVERY - 1, FENCE_EVERY, FENCE_EVERY + 1 and 3 x FENCE_EVERY hashes: every hash,
+    keys below the first and above the last, and a neighbour of each hash."""
+    rng = np.random.default_rng(11)
+    for n in (1, FENCE_EVERY - 1, FENCE_EVERY, FENCE_EVERY + 1, 3 * FENCE_EVERY):
+        h = np.unique(np.frombuffer(rng.bytes(32 * n), dtype=HASH))
+        keys = _decode(_encode((h, np.arange(len(h), dtype=DAY))), "f")
+        near = np.array([a[:31] + bytes([a[31] ^ 1]) for a in h.tolist() if len(a) == 32], dtype=HASH)
+        queries = np.sort(np.concatenate([h, near, np.array([b"\x00" * 31 + b"\x01", b"\xff" * 32], dtype=HASH)]))
+        qp = _prefix(queries)
+        assert _first_at_least(keys, qp).tolist() == np.searchsorted(_prefix(h), qp).tolist()
+        found, got = _find(keys, queries)
+        assert found.tolist() == np.isin(queries, h).tolist() and got.tolist() == list(range(len(h)))
 
 
 @settings(max_examples=200, deadline=None)
-@given(items=st.lists(st.one_of(_hash, st.binary(min_size=32, max_size=32)), max_size=60),
-       repeat=st.integers(min_value=0, max_value=5))
+@given(items=st.lists(_any_hash, max_size=60), repeat=st.integers(min_value=0, max_value=5))
 def test_argsort_equals_numpy_stable_argsort(items: list[bytes], repeat: int) -> None:
     h = np.array(items + items[:repeat], dtype=HASH)  # repeats: equal hashes keep their order
     assert _argsort(h).tolist() == np.argsort(h, kind="stable").tolist()
@@ -73,3 +136,18 @@ def test_argsort_of_many_hashes_equals_numpy_stable_argsort() -> None:
     shared[32:40] = shared[:8]
     for arr in (h, np.concatenate([h, h[:500], h[:500]]), np.frombuffer(bytes(shared), dtype=HASH)):
         assert _argsort(arr).tolist() == np.argsort(arr, kind="stable").tolist()
+
+
+def test_the_filter_keeps_every_hash_and_turns_most_absent_keys_away() -> None:
+    """No hash of a file fails its filter (it would read as absent: the order's old row would survive),
+    also across the slices the filter is built in; about 3% of absent keys pass it (FILTER_KEYS hashes
+    a word, FILTER_BITS bits each)."""
+    rng = np.random.default_rng(5)
+    h = np.unique(np.frombuffer(rng.bytes(32 * 100_000), dtype=HASH))
+    absent = np.frombuffer(rng.bytes(32 * 20_000), dtype=HASH)
+    keys = _keys((h, np.zeros(len(h), dtype=DAY)))
+    assert _filter(h, keys.prefix, step=999).tolist() == keys.filter.tolist()
+    for queries in (h, absent):
+        at, bits = _filter_bits(queries, _prefix(queries), len(keys.filter))
+        passed = (keys.filter[at] & bits) == bits
+        assert passed.all() if queries is h else 0.01 < passed.mean() < 0.06

@@ -9,21 +9,27 @@ so the order's old row would survive beside its new one (I10). Full hashes keep 
 
 Storage: flat files under `<lake>/_index/<table>/<table id>/keys/` (local or S3), a log-structured merge:
 
-    d-<A>-<B>.kx    level 0: what commits A..B changed (one commit's own delta has A == B; a catch-up
+    d-<A>-<B>.kx2   level 0: what commits A..B changed (one commit's own delta has A == B; a catch-up
                     of several lost commits writes one file for them all)
-    r1-<A>-<B>.kx   level 1: DELTAS_PER_RUN level-0 files merged
-    r2-<A>-<B>.kx   level 2: RUNS_PER_LEVEL level-1 runs merged
-    b-<B>.kx        base: every key -> partition at version B (no removals); RUNS_PER_LEVEL level-2
+    r1-<A>-<B>.kx2  level 1: DELTAS_PER_RUN level-0 files merged
+    r2-<A>-<B>.kx2  level 2: RUNS_PER_LEVEL level-1 runs merged
+    b-<B>.kx2       base: every key -> partition at version B (no removals); RUNS_PER_LEVEL level-2
                     runs are folded into the previous base to make the next one
     complete.json   {"version": W}: every commit up to W is in some file above (atomic replace)
 
-Every `.kx` file is create-only (named by the versions it covers, so two writers that merge the same
-inputs write the same name and bytes; the loser's create fails) and holds `MAGIC`, a count n, then n
-sorted 32-byte hashes, then n int32 partition values (`NULL_DAY` for the null partition, `GONE` for an
-order that left the table at that step). A lookup takes the newest base at or below its version and the
-chain of files after it, newest first, and searches each for the keys' hashes (interpolation on the
-sorted, uniform hash column, `_search`; memory-mapped on local disk, so it touches a few pages per key,
-released every LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet).
+Every `.kx2` file is create-only (named by the versions it covers, so two writers that merge the same
+inputs write the same name and bytes; the loser's create fails) and holds `MAGIC`, a count n, the fence
+(every FENCE_EVERY-th prefix below), the filter (FILTER_BITS bits per hash in one word per FILTER_KEYS
+hashes), the n hashes' 8-byte prefixes, then n records of the hash's other 24 bytes and its int32
+partition value (`NULL_DAY` for the null partition, `GONE` for an order that left the table at that
+step), all in hash order. The fence, filter and prefixes are made of keyed hashes only: no order ids. A
+lookup takes the newest base at or below its version and the chain of files after it, newest first, and
+searches each for the keys' hashes (`_find`: a key the filter turns away is not in the file; else the
+fence, read whole, names a block of prefixes, and a record is read only where a prefix matches;
+memory-mapped on local disk, so a key touches one to three places of the file, released every
+LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files of the
+previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
+finds no base (`_upgrade`), then deleted.
 Writers compact in `record` (not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 *
 RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a merge is deleted
 GRACE_VERSIONS versions later (a reader that still hits a deleted file lists again). One commit writes
@@ -37,7 +43,8 @@ each added, key column only) into one level-0 file per gap, then W moves to P. A
 complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one
 scan of the key and partition columns). Entries may be stale (an order that left a partition): the
 caller reads that partition and does not find it; an order the index does not name is nowhere in the
-table. An erasure removes its subject: every index file holding its hash is rewritten without it.
+table. An erasure removes its subject: every index file holding its hash is rewritten without it (the
+fence and filter recomputed from the remaining hashes: the subject's bits leave the filter).
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -60,42 +67,129 @@ from .watermark import read_watermark, write_watermark
 
 FOLDER = "keys"
 COMPLETE = f"{FOLDER}/complete.json"
-MAGIC = b"DRKEYS01"
-HEADER = len(MAGIC) + 8
+EXT = ".kx2"  # this layout's files
+MAGIC = b"DRKEYS02"
+LEGACY_EXT, LEGACY_MAGIC = ".kx", b"DRKEYS01"  # the previous layout: n hashes, then n partitions
+HEADER = len(MAGIC) + 32  # the count n, FENCE_EVERY, the filter's words and FILTER_BITS
 HASH = np.dtype("S32")  # the full HMAC-SHA256 (see the module docstring for why not shorter)
 DAY = np.dtype("<i4")
+PREFIX = np.dtype("<u8")  # a hash's first 8 bytes as a (big-endian) number, stored little-endian
+RECORD = np.dtype([("rest", "S24"), ("day", DAY)])  # a hash's other 24 bytes and its partition: 28 bytes
 NULL_DAY = -1  # the null partition (event days are >= 0)
 GONE = -2  # the order left the table (erased) at this step
 ABSENT = -3  # in lookups only: the index names no partition for the key
 DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
-# Keys searched per step: the resident pages of a lookup are bounded by this, not the base. The kernel maps up
-# to 64 KiB around each first touch of a file page (fault-around; MADV_RANDOM does not stop it), so a step
-# maps up to LOOKUP_CHUNK x 64 KiB of the base: on the 50M-row bench lake (a 1.8 GB base) the ingest's peak
-# RSS was 500 MiB with 4,096-key steps and 370 MiB with 1,024 (5M rows: 330 MiB either way), for ~7 ms
-# of numpy calls per 35k keys (41 vs 34 ms on the 5M-hash file).
+# A file holds its hashes' 8-byte prefixes apart from the rest of each hash: a lookup searches the prefixes
+# (8 of every 36 bytes; every FENCE_EVERY-th of them, the fence, read whole first, names a block of 2 KiB)
+# and reads a record only where a prefix matches. Before the prefixes, a filter: one 64-bit word per
+# FILTER_KEYS hashes, in hash order; a hash sets FILTER_BITS bits (chosen by its bytes 8..15) of the word
+# its prefix falls in. A key whose bits are not all set is not in the file (never the other way: a hash of
+# the file always passes; ~3% of absent keys pass too), so most keys a file does not hold (a batch's new
+# orders) touch only the filter (1 byte per hash: 50 MB at 50M). The cost of a lookup into a large
+# memory-mapped file is its page faults, and a batch's keys are dense enough that it faults in most of
+# what it searches (a first touch maps 64 KiB around it, or a whole large folio, up to 2 MiB, when the
+# page cache holds the file in those): so the pages a batch maps are bounded by the filter (absent keys)
+# and the prefix column (400 MB at 50M), not the file (1.85 GB). 35k absent keys (the bench batch's
+# lookup) into a copied file: 11.5 ms at 5M hashes, 15.3 ms at 50M (2.1k page faults); hashes then
+# partitions, interpolated: 44.5 and 128.9 ms (20.8k faults); the prefixes without the filter: 11.4 and
+# 27.0 ms (6.4k faults).
+FENCE_EVERY = 256  # a power of two: the fence is 8 bytes per 256 hashes (1.5 MB at 50M)
+FILTER_KEYS, FILTER_BITS = 8, 4
+# Keys searched per step: the resident pages of a lookup are bounded by this, not the base (each step's pages
+# leave the resident set after it): at 50M hashes, 4 MiB for 35k absent keys in 1,024-key steps (the
+# previous layout: 42 MiB), 36 MiB when half of them are present (49 MiB).
 LOOKUP_CHUNK = 1024
-INTERPOLATE_MIN = 4096  # hashes in a file from which `_search` interpolates (fewer: numpy's binary search)
-INTERPOLATION_STEPS = 2
-SEARCH_WINDOW = 64  # places either side of the interpolated position (2 steps on 5M hashes: within ~50)
 
 
 Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partition values (int32)
 
 
-def _encode(run: Run) -> bytes:
-    h, day = run  # one copy into the result (a base is large: no intermediate bytes objects)
-    return b"".join((MAGIC, struct.pack("<Q", len(h)), np.ascontiguousarray(h, dtype=HASH).data,
-                     np.ascontiguousarray(day, dtype=DAY).data))
+class Keys(NamedTuple):
+    """A run as the lookup reads it (a file's columns, or a run's): prefix (uint64 in hash order) and rest
+    (S24) of each hash, its partition value, every `every`-th prefix (the fence) and the filter."""
+    prefix: np.ndarray
+    rest: np.ndarray
+    day: np.ndarray
+    fence: np.ndarray
+    every: int
+    filter: np.ndarray
+    bits: int  # set per hash in the filter
+
+    def run(self) -> Run:
+        """The hashes (S32) and partition values, copied (the file's mapping may then be released)."""
+        h = np.empty(len(self.prefix), dtype=HASH)
+        raw = h[:, None].view(np.uint8)
+        raw[:, :8] = self.prefix.astype(">u8")[:, None].view(np.uint8)
+        raw[:, 8:] = self.rest[:, None].view(np.uint8)
+        return h, np.array(self.day, dtype=DAY)
 
 
-def _decode(buf: Any, path: str) -> Run:
+def _keys(run: Run, every: int = FENCE_EVERY) -> Keys:
+    h, day = run
+    prefix = _prefix(h)
+    fence = np.ascontiguousarray(prefix[::every])
+    return Keys(prefix, _rest(h), day, fence, every, _filter(h, prefix), FILTER_BITS)
+
+
+def _filter_bits(h: np.ndarray, prefix: np.ndarray, words: int,
+                 count: int = FILTER_BITS) -> tuple[np.ndarray, np.ndarray]:
+    """The filter word of each hash (by its prefix: in hash order) and the `count` bits it sets there."""
+    at = ((prefix >> np.uint64(32)) * np.uint64(words)) >> np.uint64(32)
+    more = h[:, None].view(np.uint8)[:, 8:16].view("<u8")[:, 0]
+    bits = np.zeros(len(h), dtype=np.uint64)
+    for i in range(count):
+        bits |= np.uint64(1) << ((more >> np.uint64(6 * i)) & np.uint64(63))
+    return at.astype(np.int64), bits
+
+
+def _filter(h: np.ndarray, prefix: np.ndarray, step: int = 1 << 20) -> np.ndarray:
+    """The filter of sorted hashes `h` (built a slice at a time: a base holds tens of millions)."""
+    words = np.zeros(-(-len(h) // FILTER_KEYS), dtype=np.uint64)
+    for lo in range(0, len(h), step):
+        at, bits = _filter_bits(h[lo:lo + step], prefix[lo:lo + step], len(words))
+        first = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
+        words[at[first]] |= np.bitwise_or.reduceat(bits, first)
+    return words
+
+
+def _encode(run: Run) -> bytearray:
+    """MAGIC, n, FENCE_EVERY, the filter's word count and FILTER_BITS, the fence (ceil(n / FENCE_EVERY)
+    prefixes), the filter (ceil(n / FILTER_KEYS) words), the n prefixes, then n records (the hash's other
+    24 bytes, int32 partition), in hash order. One copy into the result (a base is large: no
+    intermediate bytes objects)."""
+    keys = _keys(run)
+    n, start = len(keys.prefix), HEADER + keys.fence.nbytes + keys.filter.nbytes
+    out = bytearray(start + (PREFIX.itemsize + RECORD.itemsize) * n)
+    head = struct.pack("<QQQQ", n, keys.every, len(keys.filter), keys.bits)
+    out[:start] = b"".join((MAGIC, head, keys.fence.astype(PREFIX).tobytes(), keys.filter.astype(PREFIX).tobytes()))
+    np.frombuffer(out, dtype=PREFIX, count=n, offset=start)[:] = keys.prefix
+    records = np.frombuffer(out, dtype=RECORD, count=n, offset=start + PREFIX.itemsize * n)
+    records["rest"], records["day"] = keys.rest, keys.day
+    return out
+
+
+def _decode(buf: Any, path: str) -> Keys:
+    """A file's columns: views of its bytes, no copy."""
     if bytes(buf[:len(MAGIC)]) != MAGIC:
         raise ValueError(f"not a key index file: {path}")
-    (n,) = struct.unpack("<Q", bytes(buf[len(MAGIC):HEADER]))
-    return (np.frombuffer(buf, dtype=HASH, count=n, offset=HEADER),
-            np.frombuffer(buf, dtype=DAY, count=n, offset=HEADER + 32 * n))
+    n, every, words, bits = struct.unpack("<QQQQ", bytes(buf[len(MAGIC):HEADER]))
+    fence = np.frombuffer(buf, dtype=PREFIX, count=-(-n // every), offset=HEADER)
+    fltr = np.frombuffer(buf, dtype=PREFIX, count=words, offset=HEADER + fence.nbytes)
+    start = HEADER + fence.nbytes + fltr.nbytes
+    prefix = np.frombuffer(buf, dtype=PREFIX, count=n, offset=start)
+    records = np.frombuffer(buf, dtype=RECORD, count=n, offset=start + prefix.nbytes)
+    return Keys(prefix, records["rest"], records["day"], fence, every, fltr, bits)
+
+
+def _decode_legacy(buf: Any, path: str) -> Run:
+    if bytes(buf[:len(LEGACY_MAGIC)]) != LEGACY_MAGIC:
+        raise ValueError(f"not a key index file: {path}")
+    (n,) = struct.unpack("<Q", bytes(buf[len(LEGACY_MAGIC):len(LEGACY_MAGIC) + 8]))
+    start = len(LEGACY_MAGIC) + 8
+    return (np.frombuffer(buf, dtype=HASH, count=n, offset=start),
+            np.frombuffer(buf, dtype=DAY, count=n, offset=start + HASH.itemsize * n))
 
 
 def _empty() -> Run:
@@ -172,71 +266,60 @@ def hashed(raw: bytes) -> np.ndarray:
 
 def _prefix(h: np.ndarray) -> np.ndarray:
     """The first 8 bytes of each 32-byte hash as an integer (uint64, in the same order as the hashes)."""
-    return np.ascontiguousarray(h.view(np.uint8).reshape(-1, 32)[:, :8]).view(">u8").ravel().astype(np.uint64)
+    return h[:, None].view(np.uint8)[:, :8].view(">u8")[:, 0].astype(np.uint64)
 
 
-def _search(h: np.ndarray, queries: np.ndarray, *, interpolate_min: int = INTERPOLATE_MIN) -> np.ndarray:
-    """`np.searchsorted(h, queries)` for SORTED `queries`, wherever a query is in `h`. numpy compares S32
-    items through a generic byte-string path (about 1 us a query on 5M hashes), and comparing 8-byte
-    prefixes as integers over the span of the queries copies the prefix of every hash in it (a batch's
-    keys span the whole file: all of it, 60-100 ms at 5M). A file of `interpolate_min` hashes or more is
-    searched by interpolation instead (`_first_at_least`): the hashes are uniform (keyed HMACs), so a
-    query's position is estimated from its prefix and a few gathered prefixes, about 1 ms per 10k queries.
-    That position counts the hashes with a smaller prefix: it is exact unless a smaller hash shares the
-    query's prefix (odds about n / 2**64), and such a query is searched again with the full compare, as
-    is any whose estimate missed (a non-uniform file)."""
-    if len(h) < interpolate_min:
-        return np.searchsorted(h, queries)
-    qp = _prefix(queries)
-    idx = _first_at_least(h, qp)
-    missed = np.flatnonzero(idx < 0)
-    if len(missed):
-        idx[missed] = np.searchsorted(h, queries[missed])
-    inside = np.flatnonzero(idx < len(h))
-    at = h[idx[inside]]
-    shared = inside[(_prefix(at) == qp[inside]) & (at != queries[inside])]
-    if len(shared):
-        idx[shared] = np.searchsorted(h, queries[shared])
-    return idx
+def _rest(h: np.ndarray) -> np.ndarray:
+    """The other 24 bytes of each hash (S24: a view, no copy)."""
+    return h[:, None].view(np.uint8)[:, 8:].view("S24")[:, 0]
 
 
-def _first_at_least(h: np.ndarray, qp: np.ndarray) -> np.ndarray:
-    """For each prefix in `qp` (uint64): the first position in `h` whose 8-byte prefix is >= it, or -1
-    where the estimate's window does not hold that position. Interpolation (position ~ prefix / 2**64 x n,
-    corrected INTERPOLATION_STEPS times from the prefix found there) lands within a few dozen places on
-    uniform hashes; a binary search of the SEARCH_WINDOW places either side, once both ends are checked to
-    bracket the answer, finishes it. Touches a few pages of `h` per query (gathers of one 8-byte word)."""
-    n = len(h)
-    first = np.ascontiguousarray(h).view(">u8")[::4]  # each hash's first 8 bytes (a view: no copy)
-    scale = n / 2.0**64
-    target = qp.astype(np.float64)
-    at = np.clip((target * scale).astype(np.int64), 0, n - 1)
-    for _ in range(INTERPOLATION_STEPS):
-        at = np.clip(at + ((target - first[at].astype(np.float64)) * scale).astype(np.int64), 0, n - 1)
-    lo, hi = np.clip(at - SEARCH_WINDOW, 0, n), np.clip(at + SEARCH_WINDOW, 0, n)
-    bracketed = (((lo == 0) | (first[np.maximum(lo - 1, 0)] < qp))
-                 & ((hi == n) | (first[np.minimum(hi, n - 1)] >= qp)))
-    while True:  # [lo, hi) holds the answer or it is hi
-        active = lo < hi
-        if not active.any():
-            break
-        mid = (lo + hi) // 2
-        below = active & (first[np.minimum(mid, n - 1)] < qp)
-        lo = np.where(below, mid + 1, lo)
-        hi = np.where(active & ~below, mid, hi)
-    return np.where(bracketed, lo, -1)
-
-
-def _find(run: Run, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For sorted `queries`: which are in `run` (mask) and the partition value of each found one."""
-    h, day = run
-    if not len(h) or not len(queries):
-        return np.zeros(len(queries), dtype=bool), np.zeros(0, dtype=DAY)
-    idx = _search(h, queries)
-    inside = idx < len(h)
+def _find(keys: Keys, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For `queries` (S32, any order): which are in `keys` (mask) and the partition value of each found
+    one. numpy compares S32 items through a generic byte-string path (about 1 us a query on 5M hashes):
+    a query that passes the filter is placed among the prefixes (`_first_at_least`), and its rest
+    compared only where the prefix there is its own. A smaller hash may share that prefix (odds about
+    n / 2**64): such a query is searched again among the rests of every hash of its prefix."""
+    n = len(keys.prefix)
     found = np.zeros(len(queries), dtype=bool)
-    found[inside] = h[idx[inside]] == queries[inside]
-    return found, day[idx[found]]
+    if not n or not len(queries):
+        return found, np.zeros(0, dtype=DAY)
+    qp, qr = _prefix(queries), _rest(queries)
+    at, bits = _filter_bits(queries, qp, len(keys.filter), keys.bits)
+    maybe = np.flatnonzero((keys.filter[at] & bits) == bits)
+    idx = np.full(len(queries), n, dtype=np.int64)
+    idx[maybe] = _first_at_least(keys, qp[maybe])
+    same = maybe[idx[maybe] < n]
+    same = same[keys.prefix[idx[same]] == qp[same]]
+    hit = keys.rest[idx[same]] == qr[same]
+    found[same[hit]] = True
+    shared = same[~hit]
+    if len(shared):  # the hashes of the query's prefix run from idx to the first of a greater prefix
+        top = qp[shared]
+        last = top == np.iinfo(np.uint64).max
+        ends = np.where(last, n, _first_at_least(keys, np.where(last, top, top + 1)))
+        for i, end in zip(shared.tolist(), ends.tolist(), strict=True):
+            rests = np.ascontiguousarray(keys.rest[idx[i]:end])
+            j = int(np.searchsorted(rests, qr[i]))
+            if j < len(rests) and rests[j] == qr[i]:
+                found[i], idx[i] = True, idx[i] + j
+    return found, keys.day[idx[found]]
+
+
+def _first_at_least(keys: Keys, qp: np.ndarray) -> np.ndarray:
+    """For each prefix in `qp` (uint64): the first position whose prefix in `keys` is >= it, or n. The
+    fence (in memory) names the block: fence[j - 1] < p <= fence[j], so the answer is in (j - 1) x every
+    + 1 .. j x every; a branch-free binary search of those `every` places finishes it (a place past the
+    end reads as the last prefix: when even that is smaller, the search ends past the end, at n or
+    beyond). Touches one block of the prefixes (2 KiB) per query."""
+    prefix, every = keys.prefix, keys.every
+    n = len(prefix)
+    base = np.maximum(np.searchsorted(keys.fence, qp).astype(np.int64) * every - (every - 1), 0)
+    half = every // 2
+    while half:
+        base += (prefix.take(base + (half - 1), mode="clip") < qp) * half
+        half //= 2
+    return np.minimum(base, n)
 
 
 def _day_out(d: int) -> int | None:
@@ -256,20 +339,24 @@ class KeyIndex:
 
     # -- files ------------------------------------------------------------------------------------
     def _files(self) -> list[TierFile]:
-        return [f for o in self.index.list(FOLDER, recursive=False) if (f := tiers.parse(o.path, ".kx")) is not None]
+        return [f for o in self.index.list(FOLDER, recursive=False) if (f := tiers.parse(o.path, EXT)) is not None]
 
-    def _open(self, f: TierFile) -> tuple[Run, mmap.mmap | None]:
-        """The file's run (and its memory map on local disk); FileNotFoundError when a compaction deleted
-        it since it was listed."""
+    def _open(self, f: TierFile) -> tuple[Keys, mmap.mmap | None]:
+        """The file's columns (and its memory map on local disk); FileNotFoundError when a compaction
+        deleted it since it was listed."""
         self.files_read += 1
         data, mapped = tiers.read(self.index, f.path)
         return _decode(data, f.path), mapped
 
     def _load(self, f: TierFile) -> Run:
-        return self._open(f)[0]
+        keys, mapped = self._open(f)
+        run = keys.run()
+        if mapped is not None:  # (copied: the file's pages leave our resident set)
+            mapped.madvise(mmap.MADV_DONTNEED)
+        return run
 
     def _write(self, level: int, first: int, last: int, run: Run) -> None:
-        self.index.write_once(tiers.name(FOLDER, ".kx", level, first, last), _encode(run))
+        self.index.write_once(tiers.name(FOLDER, EXT, level, first, last), _encode(run))
 
     def _watermark(self) -> int | None:
         return read_watermark(self.index, COMPLETE, self.uri, self.options)
@@ -357,6 +444,8 @@ class KeyIndex:
         if start >= upto:
             return
         files = self._files()
+        if not any(f.level == BASE for f in files) and self._upgrade():
+            files = self._files()
         if not any(f.level == BASE for f in files):
             self.rebuild(upto)
             return
@@ -397,9 +486,32 @@ class KeyIndex:
         self._drop_legacy()
 
     def _legacy(self) -> list[str]:
-        """Files of the previous per-shard layout (`keys/<shard>/...`, `keys/v/...`): ignored, deleted."""
+        """Files of a previous layout: per shard (`keys/<shard>/...`, `keys/v/...`; ignored, deleted once
+        the index is rebuilt) or whole hashes then partitions (`.kx`: converted by `_upgrade`)."""
         cut = len(FOLDER) + 1
-        return [o.path for o in self.index.list(FOLDER, recursive=True) if "/" in o.path[cut:]]
+        return [o.path for o in self.index.list(FOLDER, recursive=True)
+                if "/" in o.path[cut:] or o.path.endswith(LEGACY_EXT)]
+
+    def _upgrade(self) -> bool:
+        """Each `.kx` file of the previous layout written again in this one, under the same name (`.kx2`,
+        create-only: the same bytes whoever converts it), then the old files deleted: one pass over each
+        file instead of a rebuild from the table (a scan of every key). True when a file was converted."""
+        converted = False
+        for o in self.index.list(FOLDER, recursive=False):
+            if tiers.parse(o.path, LEGACY_EXT) is None:
+                continue
+            try:
+                data, mapped = tiers.read(self.index, o.path)
+                run = _decode_legacy(data, o.path)
+            except (FileNotFoundError, ValueError):  # (converted by another writer; or not a file of ours)
+                continue
+            self.index.write_once(o.path[:-len(LEGACY_EXT)] + EXT, _encode(run))
+            if mapped is not None:
+                mapped.madvise(mmap.MADV_DONTNEED)
+            converted = True
+        if converted:
+            self._drop_legacy()
+        return converted
 
     def _drop_legacy(self) -> None:
         for path in self._legacy():
@@ -451,6 +563,8 @@ class KeyIndex:
     def _locate(self, queries: np.ndarray, upto: int) -> np.ndarray:
         """The partition value of each of the SORTED `queries` (ABSENT: none, or the order left the table)."""
         view = self._view(self._files(), upto)
+        if view is None and self._upgrade():
+            view = self._view(self._files(), upto)
         if view is None:  # no base: a layout this version does not read
             self.rebuild(upto)
             view = self._view(self._files(), upto)
@@ -460,11 +574,11 @@ class KeyIndex:
         for f in view:  # newest first: a hash's first hit is its current entry
             if not len(pending):
                 break
-            run, mapped = self._open(f)
+            keys, mapped = self._open(f)
             found = np.zeros(len(pending), dtype=bool)
             for lo in range(0, len(pending), LOOKUP_CHUNK):
                 part = pending[lo:lo + LOOKUP_CHUNK]
-                hit, days = _find(run, queries[part])
+                hit, days = _find(keys, queries[part])
                 out[part[hit]] = days
                 found[lo:lo + len(part)] = hit
                 if mapped is not None:  # the pages this chunk touched leave our resident set (a large
@@ -482,11 +596,11 @@ class KeyIndex:
             rewrote = False
             for f in self._files():
                 try:
-                    run = self._load(f)
+                    keys, _ = self._open(f)
                 except FileNotFoundError:
                     continue
-                found, _ = _find(run, subject)
-                if found[0]:
+                if _find(keys, subject)[0][0]:
+                    run = keys.run()
                     keep = run[0] != subject[0]
                     self.index.write_bytes(f.path, _encode((run[0][keep], run[1][keep])))
                     rewrote = True
@@ -498,9 +612,10 @@ class KeyIndex:
         """True when any index file names `subject_hash` (for tests and audits)."""
         subject = np.frombuffer(bytes.fromhex(subject_hash), dtype=HASH)
         for f in self._files():
-            if _find(self._load(f), subject)[0][0]:
+            if _find(self._open(f)[0], subject)[0][0]:
                 return True
-        return any(subject_hash.encode() in self.index.read_bytes(p) for p in self._legacy())
+        return any(needle in self.index.read_bytes(p) for p in self._legacy()
+                   for needle in (subject_hash.encode(), subject.tobytes()))
 
 
 def _partition_of(path: str, column: str) -> int | None:

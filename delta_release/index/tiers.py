@@ -1,4 +1,4 @@
-"""The tiered file layout the key index (`.kx`) and the file index (`.fx`) share.
+"""The tiered file layout the key index (`.kx2`) and the file index (`.fx`) share.
 
 Level 0 holds one delta file per catch-up or commit (`d-<first>-<last>`), levels 1 and 2 merged runs
 (`r1-`, `r2-`), and a base (`b-<last>`) covers versions 0..last. Names carry the versions a file covers, so a
