@@ -189,3 +189,20 @@ def test_a_metadata_change_since_falls_back_to_the_snapshot(lake: dr.Lake) -> No
 
 
 _PLAIN_WRITER = _delta._plain_writer
+
+
+def test_a_failed_checkpoint_does_not_fail_the_commit_it_follows(lake: dr.Lake,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry exists before the checkpoint is written: a checkpoint that fails (a full disk, a refused
+    PUT) must not report the commit as failed, or its writer would redo work already committed."""
+    lake.ingest(jsonl([up("a", 1, day=40)]))
+    monkeypatch.setattr(_delta, "CHECKPOINT_ACTIONS", 1)
+
+    def refuse(self: DeltaTable) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", refuse)
+    report = lake.ingest(jsonl([up("b", 2, day=41)]))
+    assert report.version == 2
+    assert not list((Path(lake.storage.root) / "orders" / "_delta_log").glob("*.checkpoint.parquet"))
+    assert sorted(lake.read()["order_id"].to_list()) == ["a", "b"]
