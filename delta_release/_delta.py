@@ -417,8 +417,11 @@ def _advanced(uri: str, options: dict[str, str], hit: tuple[tuple[Any, ...], pl.
     (at, identity), frame = hit
     if identity is None or at >= version or _log_identity(uri, options, at) != identity:
         return None
-    steps = _plain_steps(uri, options, at + 1, version)
-    return None if steps is None else _delta_log.advance(frame, steps)
+    try:
+        steps = _plain_steps(uri, options, at + 1, version)
+        return None if steps is None else _delta_log.advance(frame, steps)
+    except (ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
+        return None  # an entry we do not read the way delta-rs does (e.g. "" for a null partition): its snapshot
 
 
 def open_snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:

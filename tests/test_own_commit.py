@@ -206,3 +206,22 @@ def test_a_failed_checkpoint_does_not_fail_the_commit_it_follows(lake: dr.Lake,
     assert report.version == 2
     assert not list((Path(lake.storage.root) / "orders" / "_delta_log").glob("*.checkpoint.parquet"))
     assert sorted(lake.read()["order_id"].to_list()) == ["a", "b"]
+
+
+def test_an_entry_the_frame_cannot_read_falls_back_to_the_snapshot(lake: dr.Lake) -> None:
+    """Another writer's add whose partition value is not an integer's text (here "", which delta-rs reads
+    as the null partition): the listing comes from delta-rs's snapshot instead of an error."""
+    lake.ingest(jsonl([up("a", 1, day=40)]))
+    ctx = lake.table("orders")
+    before = _listing(ctx, 1)
+    src = Path(ctx.uri) / before[0][0]
+    (src.parent / "copy.parquet").write_bytes(src.read_bytes())
+    add = {"path": "event_day=40/copy.parquet", "partitionValues": {"event_day": ""},
+           "size": src.stat().st_size, "modificationTime": 1, "dataChange": True, "stats": None}
+    entry = json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps({"add": add}) + "\n"
+    (Path(ctx.uri) / "_delta_log" / f"{2:020d}.json").write_text(entry)
+    uri, opts = ctx.uri, ctx.storage_options
+    warm = _delta.partition_entries(uri, opts, 2, "event_day", ["40", None])
+    _delta.forget_handles()
+    cold = _delta.partition_entries(uri, opts, 2, "event_day", ["40", None])
+    assert warm == cold and len(cold) == len(before) + 1
