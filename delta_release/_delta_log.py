@@ -92,8 +92,8 @@ def advance(frame: pl.DataFrame, steps: list[Actions]) -> pl.DataFrame | None:
                    "size_bytes": pl.Series([a["size_bytes"] for a in step.adds], dtype=pl.Int64),
                    "num_records": pl.Series([a["num_records"] for a in step.adds], dtype=pl.Int64)}
             for c in parts:
-                text = pl.Series([a["partition"].get(c.removeprefix("partition.")) for a in step.adds],
-                                 dtype=pl.String)
+                text = pl.Series([a["partition"].get(c.removeprefix("partition.")) or None for a in step.adds],
+                                 dtype=pl.String)  # "" is the null partition (Delta protocol)
                 new[c] = text.cast(frame.schema[c], strict=True)
             frame = pl.concat([frame, pl.DataFrame(new).select(frame.columns).cast(frame.schema)])
     return frame

@@ -208,9 +208,9 @@ def test_a_failed_checkpoint_does_not_fail_the_commit_it_follows(lake: dr.Lake,
     assert sorted(lake.read()["order_id"].to_list()) == ["a", "b"]
 
 
-def test_an_entry_the_frame_cannot_read_falls_back_to_the_snapshot(lake: dr.Lake) -> None:
-    """Another writer's add whose partition value is not an integer's text (here "", which delta-rs reads
-    as the null partition): the listing comes from delta-rs's snapshot instead of an error."""
+def test_an_empty_partition_value_since_is_the_null_partition(lake: dr.Lake) -> None:
+    """Another writer's add whose partition value is "" (the null partition, as delta-rs reads it, not an
+    integer's text): the listing moved forward by that entry equals delta-rs's, and is not an error."""
     lake.ingest(jsonl([up("a", 1, day=40)]))
     ctx = lake.table("orders")
     before = _listing(ctx, 1)
