@@ -7,7 +7,7 @@ version at 29,200 files, whatever the commit). Here a writer's view moves forwar
 
 - `entry_bytes`: the log entry of one commit of ours (the fields delta-rs writes for the same actions);
 - `plain_actions`: the adds and removes of one entry, or None when it holds anything else (metadata,
-  protocol, deletion vectors, transactions, domain metadata: the caller then asks delta-rs);
+  protocol, deletion vectors, absolute paths, transactions, domain metadata: the caller then asks delta-rs);
 - `advance`: a file frame (path, size_bytes, num_records, partition.<col>: `get_add_actions(flatten=True)`
   reduced to those columns) moved forward by such actions.
 """
@@ -59,17 +59,25 @@ def plain_actions(lines: list[str]) -> Actions | None:
         if not isinstance(action, dict) or not set(action) <= _PLAIN_KEYS:
             return None
         if (add := action.get("add")) is not None:
-            if add.get("deletionVector"):
+            if add.get("deletionVector") or _absolute(str(add["path"])):
                 return None
             stats = json.loads(add["stats"]) if add.get("stats") else {}
             adds.append({"path": unquote(str(add["path"])), "size_bytes": int(add["size"]),
                          "num_records": stats.get("numRecords"),
                          "partition": dict(add.get("partitionValues") or {})})
         if (remove := action.get("remove")) is not None:
+            if _absolute(str(remove["path"])):
+                return None
             removes.append(unquote(str(remove["path"])))
     if {a["path"] for a in adds} & set(removes):
         return None
     return Actions(adds=adds, removes=removes)
+
+
+def _absolute(path: str) -> bool:
+    """A path that is a URI or absolute (shallow clones, other writers): delta-rs's listing says how it
+    names such a file, so the caller asks it."""
+    return "://" in path or path.startswith("/")
 
 
 def slim(frame: pl.DataFrame) -> pl.DataFrame:

@@ -17,7 +17,7 @@ from conftest import jsonl, rm, up
 from deltalake import DeltaTable
 
 import delta_release as dr
-from delta_release import _delta
+from delta_release import _delta, _delta_log
 from delta_release.clock import FixedClock
 from delta_release.errors import StaleParentError
 from delta_release.storage import Storage
@@ -225,3 +225,20 @@ def test_an_empty_partition_value_since_is_the_null_partition(lake: dr.Lake) -> 
     _delta.forget_handles()
     cold = _delta.partition_entries(uri, opts, 2, "event_day", ["40", None])
     assert warm == cold and len(cold) == len(before) + 1
+
+
+def test_plain_actions_leave_what_delta_rs_must_read_to_it() -> None:
+    def entry(*actions: dict[str, object]) -> list[str]:
+        return [json.dumps(a) for a in actions]
+
+    add = {"path": "event_day=1/a%20b.parquet", "size": 3, "partitionValues": {"event_day": "1"},
+           "stats": json.dumps({"numRecords": 7})}
+    plain = _delta_log.plain_actions(entry({"commitInfo": {}}, {"add": add}, {"remove": {"path": "x/y.parquet"}}))
+    assert plain is not None and plain.removes == ["x/y.parquet"]
+    assert [(a["path"], a["num_records"]) for a in plain.adds] == [("event_day=1/a b.parquet", 7)]
+    for other in ({"metaData": {}}, {"protocol": {}}, {"txn": {}}, {"domainMetadata": {}},
+                  {"add": {**add, "deletionVector": {"storageType": "u"}}},
+                  {"add": {**add, "path": "s3://bucket/t/event_day=1/a.parquet"}},
+                  {"remove": {"path": "/abs/t/event_day=1/a.parquet"}},
+                  {"remove": {"path": add["path"]}}):  # removed and added in one commit
+        assert _delta_log.plain_actions(entry({"add": add}, other)) is None, other
