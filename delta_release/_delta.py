@@ -197,8 +197,11 @@ def _plain_steps(uri: str, options: dict[str, str], first: int, last: int) -> li
     seen = _PLAIN.setdefault(_cache_key(uri, options), set())
     steps = []
     for version in range(first, last + 1):
-        lines = _log_entry_lines(uri, options, version)
-        step = None if lines is None else _delta_log.plain_actions(lines)
+        try:
+            lines = _log_entry_lines(uri, options, version)
+            step = None if lines is None else _delta_log.plain_actions(lines)
+        except (ValueError, KeyError, TypeError, AttributeError):  # (UnicodeDecodeError is a ValueError)
+            step = None  # an entry we cannot read (not JSON, a field missing): delta-rs's snapshot says why
         if step is None:
             return None
         seen.add(version)
@@ -417,11 +420,11 @@ def _advanced(uri: str, options: dict[str, str], hit: tuple[tuple[Any, ...], pl.
     (at, identity), frame = hit
     if identity is None or at >= version or _log_identity(uri, options, at) != identity:
         return None
+    steps = _plain_steps(uri, options, at + 1, version)
     try:
-        steps = _plain_steps(uri, options, at + 1, version)
         return None if steps is None else _delta_log.advance(frame, steps)
-    except (ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
-        return None  # an entry we do not read the way delta-rs does (e.g. "" for a null partition): its snapshot
+    except (pl.exceptions.PolarsError, TypeError, ValueError):
+        return None  # a value that does not cast to its column's type: delta-rs's snapshot
 
 
 def open_snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:

@@ -242,3 +242,20 @@ def test_plain_actions_leave_what_delta_rs_must_read_to_it() -> None:
                   {"remove": {"path": "/abs/t/event_day=1/a.parquet"}},
                   {"remove": {"path": add["path"]}}):  # removed and added in one commit
         assert _delta_log.plain_actions(entry({"add": add}, other)) is None, other
+
+
+def test_an_unreadable_entry_since_gets_delta_rs_error_not_a_parse_traceback(lake: dr.Lake) -> None:
+    """Hostile bytes as the next log entry (not JSON): the listing and a commit on it report what delta-rs
+    reports (a one-line NotFoundError naming the version), not our JSON parser's exception."""
+    from delta_release.errors import NotFoundError
+
+    lake.ingest(jsonl([up("a", 1, day=40)]))
+    ctx = lake.table("orders")
+    assert _listing(ctx, 1)
+    (Path(ctx.uri) / "_delta_log" / f"{2:020d}.json").write_bytes(b"\x00\xffnot json\n")
+    with pytest.raises(NotFoundError, match="version 2"):
+        _listing(ctx, 2)
+    with pytest.raises(NotFoundError, match="version 2"):
+        _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=2, adds=[], removes=[],
+                      evidence={}, partition_by=["event_day"])
+    assert not (Path(ctx.uri) / "_delta_log" / f"{3:020d}.json").exists()
