@@ -257,16 +257,14 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
-    facts = _facts_handle(uri, options, parent)
-    if facts is not None and _plain_writer(facts, adds, removes):
-        return _commit_entry(uri, options, facts, table=table, parent=parent, adds=adds, removes=removes,
-                             evidence=evidence, partition_by=partition_by, now=now)
-    handle = _snapshot(uri, options, parent)
-    if handle.version() != parent:  # never commit on anything but the parent (strictness)
-        handle = _open(uri, options, parent)
+    handle = _facts_handle(uri, options, parent)  # protocol and metadata as at `parent`, maybe older
+    if handle is None:
+        handle = _parent_handle(uri, options, parent)
     if _plain_writer(handle, adds, removes):
         return _commit_entry(uri, options, handle, table=table, parent=parent, adds=adds, removes=removes,
                              evidence=evidence, partition_by=partition_by, now=now)
+    if handle.version() != parent:  # delta-rs commits on the handle: never on anything but the parent
+        handle = _parent_handle(uri, options, parent)
     actions: list[AddAction | RemoveAction] = [
         AddAction(path=a.path, size=a.size, partition_values=a.partition_values,
                   modification_time=a.modification_time, data_change=True, stats=a.stats)
@@ -302,6 +300,11 @@ CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval's default
 # A commit of this many actions is followed by a checkpoint: opening the 50M-row bench table (29,200 files
 # added by one commit) took 0.22-0.33 s from its JSON entry and 0.10-0.19 s from a checkpoint.
 CHECKPOINT_ACTIONS = 10_000
+
+
+def _parent_handle(uri: str, options: dict[str, str], parent: int) -> DeltaTable:
+    handle = _snapshot(uri, options, parent)
+    return handle if handle.version() == parent else _open(uri, options, parent)
 
 
 def _plain_writer(handle: DeltaTable, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
