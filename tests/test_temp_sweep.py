@@ -42,8 +42,10 @@ def test_writer_start_lists_the_temp_folders_and_never_walks_the_lake(
                                                  table_tmp.relative_to(root).as_posix()]
     assert not lake_tmp.exists() and not table_tmp.exists() and all(p.exists() for p in legacy)
     base = root.resolve()
-    assert sorted(walked) == [str(base / TEMP_DIR), str(base / "orders" / TEMP_DIR),
-                              str(base / "telemetry" / TEMP_DIR)]  # no day, bucket, index or ledger folder
+    # the lake root and `_index` listed (one level: a folder on another device would have its `_tmp`
+    # listed too, tests/test_temp_devices.py), then `_tmp` folders only: no day, bucket, index or ledger folder
+    assert sorted(walked) == sorted([str(base), str(base / "_index"), str(base / TEMP_DIR),
+                                     str(base / "orders" / TEMP_DIR), str(base / "telemetry" / TEMP_DIR)])
     monkeypatch.undo()
 
     # an ingest does the same through its writer start; vacuum walks the lake and removes the legacy ones
