@@ -10,6 +10,7 @@ opened at the writer's parent version with `CommitProperties(max_commit_retries=
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -107,7 +108,8 @@ def _drop(key: tuple[str, tuple[tuple[str, str], ...]]) -> None:
     """Forget a table's handle and what was learnt beside it (another table may now be at its URI)."""
     _HANDLES.pop(key, None)
     _TIPS.pop(key, None)
-    _PLAIN.pop(key, None)
+    _LISTED.pop(key, None)
+    _STATES.pop(str(key), None)
 
 
 def _cache_key(uri: str, options: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -154,39 +156,79 @@ def _snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:
 def forget_handles() -> None:
     """Drop the cached handles (a test that rewrites a table's log under the same URI)."""
     _HANDLES.clear()
-    _ACTIONS.clear()
+    _STATES.clear()
     _TIPS.clear()
-    _PLAIN.clear()
+    _LISTED.clear()
 
 
 def table_id(uri: str, options: dict[str, str]) -> str | None:
     """The Delta table's id (metaData.id): another table created under the same URI has another id."""
-    handle = _cached(uri, options) or _latest_handle(uri, options)
-    return None if handle is None else str(handle.metadata().id)
+    handle = _cached(uri, options)
+    if handle is not None:
+        return str(handle.metadata().id)
+    version = latest_version(uri, options)
+    return None if version is None else str(_state(uri, options, version).metadata["id"])
 
 
 def latest_version(uri: str, options: dict[str, str]) -> int | None:
     """The newest version, or None when there is no Delta table at `uri`.
 
-    With a cached handle, the log entries after it (and after the newest version seen) are probed one stat
-    each, up to PROBE_AHEAD: the handle does not move (delta-rs replays every file of the table to move it,
-    60-110 ms per version at 29,200 files); a reader that needs a snapshot moves it (`_snapshot`)."""
+    With a cached handle or writer state, the log entries after it (and after the newest version seen) are
+    probed one stat each, up to PROBE_AHEAD: neither moves (delta-rs replays every file of the table to move
+    a handle, 60-110 ms per version at 29,200 files); a reader that needs a snapshot moves it (`_snapshot`).
+    With neither, the entry names after the newest checkpoint are listed once (`_log_tip`)."""
     key = _cache_key(uri, options)
     handle = _cached(uri, options)
-    if handle is not None:
-        version = max(int(handle.version()), _TIPS.get(key, -1))
+    known = int(handle.version()) if handle is not None else _state_version(uri, options)
+    listed = _LISTED.get(key)
+    if known is None and listed is not None and _log_identity(uri, options, listed[0]) == listed[1]:
+        known = listed[0]  # a version the log's listing gave, whose entry is still the one listed
+    if known is not None:
+        version = max(known, _TIPS.get(key, -1))
         for _ in range(PROBE_AHEAD):
             if not _commit_exists(uri, options, version + 1):
                 _TIPS[key] = version
                 return version
             version += 1
+    elif (tip := _log_tip(uri, options)) is not None:
+        _TIPS[key] = tip
+        _LISTED[key] = (tip, _log_identity(uri, options, tip))
+        return tip
     handle = _latest_handle(uri, options)
     return None if handle is None else int(handle.version())
 
 
+def _log_tip(uri: str, options: dict[str, str]) -> int | None:
+    """The newest version from the log alone, when nothing of the table is cached: the newest entry after
+    the checkpoint `_last_checkpoint` names (or after version 0), from one listing of the names after it (one
+    request on S3); None when that does not settle it, a gap among the entries included (the caller asks
+    delta-rs, which lists the whole `_delta_log` and says what is wrong)."""
+    from .storage import Storage
+
+    storage = Storage(uri, options)
+    start = _delta_log.last_checkpoint(_reader(uri, options))
+    if start is None and _commit_exists(uri, options, 0):
+        start = 0
+    if start is None or not _commit_exists(uri, options, start):
+        return None
+    if storage.is_local:
+        try:
+            names = os.listdir(storage.local_path("_delta_log"))
+        except OSError:
+            return None
+    else:
+        names = [o.path.rsplit("/", 1)[-1] for o in storage.list_after("_delta_log", _delta_log.log_path(start))]
+    after = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
+                   and int(n[:20]) > start)
+    if after and after != list(range(start + 1, after[-1] + 1)):
+        return None
+    return after[-1] if after else start
+
+
 PROBE_AHEAD = 64  # log entries probed past the cached handle before delta-rs lists `_delta_log` instead
 _TIPS: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # the newest version seen, per cached handle
-_PLAIN: dict[tuple[str, tuple[tuple[str, str], ...]], set[int]] = {}  # versions whose entry holds only files
+# A version found by listing the log (no handle or state cached) and its entry's identity.
+_LISTED: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, tuple[int, int] | None]] = {}
 
 
 def _plain_steps(uri: str, options: dict[str, str], first: int, last: int) -> list[_delta_log.Actions] | None:
@@ -194,7 +236,6 @@ def _plain_steps(uri: str, options: dict[str, str], first: int, last: int) -> li
     there are more than PROBE_AHEAD of them."""
     if last - first + 1 > PROBE_AHEAD:
         return None
-    seen = _PLAIN.setdefault(_cache_key(uri, options), set())
     steps = []
     for version in range(first, last + 1):
         try:
@@ -204,35 +245,16 @@ def _plain_steps(uri: str, options: dict[str, str], first: int, last: int) -> li
             step = None  # an entry we cannot read (not JSON, a field missing): delta-rs's snapshot says why
         if step is None:
             return None
-        seen.add(version)
         steps.append(step)
-    if len(seen) > 4 * PROBE_AHEAD:
-        seen.difference_update(sorted(seen)[:-PROBE_AHEAD])
     return steps
-
-
-def _facts_handle(uri: str, options: dict[str, str], parent: int) -> DeltaTable | None:
-    """The cached handle when its protocol, metadata and schema are those of `parent` (it is at `parent`, or
-    every commit since holds only adds and removes), without moving it; None otherwise."""
-    handle = _cached(uri, options)
-    if handle is None:
-        return None
-    at = int(handle.version())
-    if at == parent:
-        return handle
-    if at > parent or not _commit_exists(uri, options, parent):
-        return None
-    seen = _PLAIN.get(_cache_key(uri, options), set())
-    missing = [v for v in range(at + 1, parent + 1) if v not in seen]
-    if missing and _plain_steps(uri, options, missing[0], parent) is None:
-        return None
-    return handle
 
 
 def create_table(uri: str, options: dict[str, str], schema: pa.Schema, partition_by: list[str],
                  *, name: str) -> None:
-    """Create an empty table (version 0) unless one exists."""
-    if latest_version(uri, options) is not None:
+    """Create an empty table (version 0) unless one exists; an existing one is opened (its writer's state
+    read, as delta-rs's open reads its snapshot: the first plan lists from it)."""
+    if (version := latest_version(uri, options)) is not None:
+        _state(uri, options, version)
         return
     try:
         DeltaTable.create(uri, Schema.from_arrow(schema), partition_by=partition_by, mode="error",
@@ -257,14 +279,11 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
-    handle = _facts_handle(uri, options, parent)  # protocol and metadata as at `parent`, maybe older
-    if handle is None:
-        handle = _parent_handle(uri, options, parent)
-    if _plain_writer(handle, adds, removes):
-        return _commit_entry(uri, options, handle, table=table, parent=parent, adds=adds, removes=removes,
+    state = _state(uri, options, parent)  # protocol and metadata as at `parent` (a plan has read it)
+    if _plain_writer(state, adds, removes):
+        return _commit_entry(uri, options, state, table=table, parent=parent, adds=adds, removes=removes,
                              evidence=evidence, partition_by=partition_by, now=now)
-    if handle.version() != parent:  # delta-rs commits on the handle: never on anything but the parent
-        handle = _parent_handle(uri, options, parent)
+    handle = _parent_handle(uri, options, parent)  # delta-rs commits on its snapshot of the parent
     actions: list[AddAction | RemoveAction] = [
         AddAction(path=a.path, size=a.size, partition_values=a.partition_values,
                   modification_time=a.modification_time, data_change=True, stats=a.stats)
@@ -307,13 +326,13 @@ def _parent_handle(uri: str, options: dict[str, str], parent: int) -> DeltaTable
     return handle if handle.version() == parent else _open(uri, options, parent)
 
 
-def _plain_writer(handle: DeltaTable, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
-    protocol = handle.protocol()
-    if protocol.min_writer_version > 2 or protocol.writer_features:
+def _plain_writer(state: _delta_log.State, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
+    protocol, config = state.protocol, state.metadata.get("configuration") or {}
+    if int(protocol.get("minWriterVersion") or 0) > 2 or protocol.get("writerFeatures"):
         return False
-    if str(handle.metadata().configuration.get("delta.appendOnly", "false")).lower() == "true":
+    if str(config.get("delta.appendOnly", "false")).lower() == "true":
         return False
-    if "delta.invariants" in handle.schema().to_json():
+    if "delta.invariants" in str(state.metadata.get("schemaString")):
         return False
     return all(_PLAIN_PATH.fullmatch(path) for path in [*(a.path for a in adds), *(r.path for r in removes)])
 
@@ -337,7 +356,7 @@ def _entry_bytes(*, parent: int, adds: list[FileAdd], removes: list[FileEntry], 
                   "partitionValues": _remove_values(r), "size": r.size} for r in removes])
 
 
-def _commit_entry(uri: str, options: dict[str, str], handle: DeltaTable, *, table: str, parent: int,
+def _commit_entry(uri: str, options: dict[str, str], state: _delta_log.State, *, table: str, parent: int,
                   adds: list[FileAdd], removes: list[FileEntry], evidence: dict[str, Any],
                   partition_by: list[str], now: int) -> int:
     from .storage import Storage
@@ -353,12 +372,13 @@ def _commit_entry(uri: str, options: dict[str, str], handle: DeltaTable, *, tabl
         theirs = storage.read_tagged(rel)
         if theirs is None or theirs[0] != data:
             raise StaleParentError(table, parent, latest_version(uri, options))
-    interval = int(handle.metadata().configuration.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
+    config = state.metadata.get("configuration") or {}
+    interval = int(config.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
     # Where delta-rs's hook puts them (99, 199, ...: test_log_retention), and after a commit of many actions
     # (a backfill): every later open would otherwise parse that entry's JSON.
     if (version + 1) % interval == 0 or len(adds) + len(removes) >= CHECKPOINT_ACTIONS:
         try:
-            _snapshot(uri, options, version).create_checkpoint()
+            _snapshot(uri, options, version).create_checkpoint()  # (a handle is kept only if one was)
         except (DeltaError, OSError):
             pass  # the commit stands (its entry exists): a checkpoint only spares later opens some reading
     return version
@@ -389,45 +409,99 @@ def file_count(uri: str, options: dict[str, str], version: int) -> int:
     return _actions_frame(uri, options, version).height
 
 
-# The file frame of the last version asked (`_delta_log.FRAME_COLUMNS` and the partition columns of the
-# flattened add actions), keyed by its log entry's identity (a table re-created at the same URI has other
-# entries): a plan lists a few partitions of one parent several times, and at 3,000 files each listing cost
-# ~60 ms (5M rows, 365 days x 8 buckets). A later version's frame is this one moved forward by the commits
+# The writer's state (`_delta_log.State`: protocol, metadata, file frame) of the last version asked, per
+# table, keyed by its log entry's identity (a table re-created at the same URI has other entries): a plan
+# lists a few partitions of one parent several times, and at 3,000 files each listing cost ~60 ms (5M rows,
+# 365 days x 8 buckets). It is read from the log (`_delta_log.load`: the newest checkpoint and the entries
+# after it), else from delta-rs's snapshot. A later version's state is this one moved forward by the commits
 # since (`_delta_log.advance`) when they hold only adds and removes: the next ingest in the same process
-# reads those commits' entries, not a snapshot of the whole table.
-_ACTIONS: dict[str, tuple[tuple[Any, ...], pl.DataFrame]] = {}
+# reads those commits' entries, not the whole table again.
+_STATES: dict[str, tuple[tuple[Any, ...], _delta_log.State]] = {}
+STATES_KEPT = 4  # tables whose state is kept (a lake's tables, opened one after the other)
 
 
 def _actions_frame(uri: str, options: dict[str, str], version: int) -> pl.DataFrame:
+    return _state(uri, options, version).frame
+
+
+def _state(uri: str, options: dict[str, str], version: int) -> _delta_log.State:
     key = str(_cache_key(uri, options))
     ident = (version, _log_identity(uri, options, version))
-    hit = _ACTIONS.get(key)
+    hit = _STATES.get(key)
     if hit is not None and ident[1] is not None:
         if hit[0] == ident:
             return hit[1]
         moved = _advanced(uri, options, hit, version)
         if moved is not None:
-            _ACTIONS[key] = (ident, moved)
+            _keep(key, ident, moved)
             return moved
-    frame = pl.from_arrow(pa.table(_snapshot(uri, options, version).get_add_actions(flatten=True)))
+    state = None if ident[1] is None else _delta_log.load(_reader(uri, options), version)
+    if state is None:  # beyond what we read (or no such version: delta-rs's one-line error)
+        state = _handle_state(_snapshot(uri, options, version))
+    _keep(key, ident, state)
+    return state
+
+
+def _keep(key: str, ident: tuple[Any, ...], state: _delta_log.State) -> None:
+    _STATES.pop(key, None)
+    _STATES[key] = (ident, state)
+    while len(_STATES) > STATES_KEPT:
+        _STATES.pop(next(iter(_STATES)))
+
+
+def _state_version(uri: str, options: dict[str, str]) -> int | None:
+    """The version of the cached state of `uri` while its log entry is the one it was read from."""
+    hit = _STATES.get(str(_cache_key(uri, options)))
+    if hit is None:
+        return None
+    (version, identity), _ = hit
+    if identity is None or _log_identity(uri, options, version) != identity:
+        _drop(_cache_key(uri, options))
+        return None
+    return int(version)
+
+
+def _handle_state(handle: DeltaTable) -> _delta_log.State:
+    protocol, meta = handle.protocol(), handle.metadata()
+    frame = pl.from_arrow(pa.table(handle.get_add_actions(flatten=True)))
     assert isinstance(frame, pl.DataFrame)
-    _ACTIONS.clear()  # one entry: the parent of the write in progress
-    _ACTIONS[key] = (ident, _delta_log.slim(frame))
-    return _ACTIONS[key][1]
+    return _delta_log.State(
+        version=int(handle.version()),
+        protocol={"minReaderVersion": protocol.min_reader_version, "minWriterVersion": protocol.min_writer_version,
+                  "readerFeatures": protocol.reader_features, "writerFeatures": protocol.writer_features},
+        metadata={"id": str(meta.id), "partitionColumns": list(meta.partition_columns),
+                  "configuration": dict(meta.configuration), "schemaString": handle.schema().to_json()},
+        frame=_delta_log.slim(frame))
 
 
-def _advanced(uri: str, options: dict[str, str], hit: tuple[tuple[Any, ...], pl.DataFrame],
-              version: int) -> pl.DataFrame | None:
-    """The cached frame `hit` moved forward to `version`, or None (it is not behind it, its entry changed,
+def _reader(uri: str, options: dict[str, str]) -> _delta_log.Read:
+    from .storage import Storage
+
+    storage = Storage(uri, options)
+
+    def read(rel: str) -> bytes | None:
+        try:
+            return storage.read_bytes(rel)
+        except (FileNotFoundError, OSError):
+            return None
+
+    return read
+
+
+def _advanced(uri: str, options: dict[str, str], hit: tuple[tuple[Any, ...], _delta_log.State],
+              version: int) -> _delta_log.State | None:
+    """The cached state `hit` moved forward to `version`, or None (it is not behind it, its entry changed,
     or a commit since holds more than adds and removes)."""
-    (at, identity), frame = hit
+    (at, identity), state = hit
     if identity is None or at >= version or _log_identity(uri, options, at) != identity:
         return None
     steps = _plain_steps(uri, options, at + 1, version)
     try:
-        return None if steps is None else _delta_log.advance(frame, steps)
+        frame = None if steps is None else _delta_log.advance(state.frame, steps)
     except (pl.exceptions.PolarsError, TypeError, ValueError):
-        return None  # a value that does not cast to its column's type: delta-rs's snapshot
+        return None  # a value that does not cast to its column's type: read afresh
+    return None if frame is None else _delta_log.State(version=version, protocol=state.protocol,
+                                                       metadata=state.metadata, frame=frame)
 
 
 def open_snapshot(uri: str, options: dict[str, str], version: int) -> DeltaTable:

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from . import _delta
+from ._malloc import use_system_arrow_pool
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
@@ -77,6 +78,7 @@ class Lake(LakeContext):
         and nothing is written (lakeroot.py). `freshness`: "refresh" (stale readers refresh) or "error"
         (stale readers get FreshnessError). An s3:// lake needs `catalog=` or DELTA_RELEASE_CATALOG."""
         storage = Storage(os.fspath(uri), storage_options)
+        use_system_arrow_pool()  # before the first table read: Arrow's mimalloc keeps freed pages (_malloc.py)
         created = open_root(storage, create=create)
         if catalog is None:
             catalog = catalog_for(storage)  # gateway/lake_catalog.py: lake-resident for s3://, env selects

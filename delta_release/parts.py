@@ -32,7 +32,7 @@ import zlib
 from typing import Any
 
 from . import _delta, index, progress
-from ._malloc import fix_mmap_threshold
+from ._malloc import fix_mmap_threshold, use_system_arrow_pool
 from .context import LakeContext
 from .contract.parts import max_part_bytes, part_ranges
 from .contract.source import read_batch_file
@@ -44,6 +44,7 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
                 publish: bool = True, max_part: int | None = None) -> IngestReport:
     """Ingest a batch file: as one batch, or in parts past the part limit (module docstring)."""
     fix_mmap_threshold()  # else glibc's heaps keep freed MiB blocks and grow part after part (_malloc.py)
+    use_system_arrow_pool()  # (a lake opened by other means than Lake.open)
     ranges = part_ranges(path, max_part_bytes(max_part)) if os.path.isfile(path) else [(0, -1)]
     if len(ranges) == 1:
         return ingest_batch(lake, read_batch_file(path), table=table, publish=publish)

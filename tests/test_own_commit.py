@@ -89,9 +89,11 @@ def test_only_plain_tables_and_paths_take_our_entry(tmp_path: Path) -> None:
                          modification_time=1)
     spaced = _delta.FileAdd(path="day=1/part 0.parquet", size=1, partition_values={"day": "1"}, stats="",
                             modification_time=1)
-    assert _delta._plain_writer(plain, [add], [])
-    assert not _delta._plain_writer(append_only, [add], [])  # delta-rs refuses its removes
-    assert not _delta._plain_writer(plain, [spaced], [])  # a path delta-rs would percent-encode
+    for state_of in (lambda t: _delta._state(t.table_uri, {}, 0), lambda t: _delta._handle_state(t)):
+        # the facts read from the log by us, and as delta-rs's snapshot gives them
+        assert _delta._plain_writer(state_of(plain), [add], [])
+        assert not _delta._plain_writer(state_of(append_only), [add], [])  # delta-rs refuses its removes
+        assert not _delta._plain_writer(state_of(plain), [spaced], [])  # a path delta-rs would percent-encode
 
 
 def test_a_refused_create_is_ours_only_when_the_entry_holds_our_bytes(lake: dr.Lake,
@@ -135,20 +137,31 @@ def _listing(ctx: object, version: int) -> list[tuple[str, int, object, int | No
             for e in _delta.partition_entries(uri, opts, version, "event_day", [str(d) for d in range(38, 46)])]
 
 
+def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record every delta-rs snapshot `_delta` opens from now on (the argument: its version, or None)."""
+    opened: list[object] = []
+
+    class Counted(DeltaTable):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            opened.append(kwargs.get("version"))
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_delta, "DeltaTable", Counted)
+    return opened
+
+
 def test_the_next_ingest_reads_the_commits_since_not_a_snapshot(lake: dr.Lake,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """In one process, a writer's view (newest version, files of the touched partitions) moves forward by
-    the log entries since, not by delta-rs's replay of every file: the cached handle stays where it was,
-    and every listing equals the one a new process reads from the log."""
+    """In one process, a writer's view (newest version, files of the touched partitions, the protocol facts
+    of its commit) is read from the log once and moves forward by the entries since: no delta-rs snapshot
+    is opened (but the parent of delta-rs's own commit), nothing is read again from the checkpoint or
+    version 0, and every listing equals the one a new process reads from the log."""
     lake.ingest(jsonl([up(f"o{i}", i, day=40 + i % 5) for i in range(20)]))
     ctx = lake.table("orders")
-    handle = _delta._cached(ctx.uri, ctx.storage_options)
-    assert handle is not None
-    moves = monkeypatch.setattr  # the handle must not be moved by an ingest
-    calls: list[str] = []
-    for name in ("update_incremental", "load_as_version"):
-        real = getattr(handle, name)
-        moves(handle, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    opened = _count_opens(monkeypatch)
+    loads: list[int] = []
+    real_load = _delta_log.load
+    monkeypatch.setattr(_delta_log, "load", lambda read, v: loads.append(v) or real_load(read, v))
     warm = []
     for step in range(4):  # moves across days, deletes, one batch through delta-rs's commit (step 2)
         if step == 2:
@@ -159,12 +172,13 @@ def test_the_next_ingest_reads_the_commits_since_not_a_snapshot(lake: dr.Lake,
         version = ctx.latest_version()
         assert version == 2 + step
         warm.append(_listing(ctx, version))
-        assert calls == (["load_as_version"] if step == 2 else []), step  # delta-rs commits on its snapshot
-        calls.clear()
-    assert handle.version() == 3  # moved once, to the parent of delta-rs's commit
+        assert opened == ([3] if step == 2 else []), step  # delta-rs commits on its snapshot of the parent
+        assert loads == [], step
+        opened.clear()
     _delta.forget_handles()  # a new process
     assert [_listing(ctx, v) for v in range(2, 6)] == warm
     assert all(w for w in warm)
+    assert opened == [] and loads == [2]  # read from the log once, then moved forward by the entries
 
 
 def test_a_metadata_change_since_falls_back_to_the_snapshot(lake: dr.Lake) -> None:
@@ -235,7 +249,8 @@ def test_plain_actions_leave_what_delta_rs_must_read_to_it() -> None:
            "stats": json.dumps({"numRecords": 7})}
     plain = _delta_log.plain_actions(entry({"commitInfo": {}}, {"add": add}, {"remove": {"path": "x/y.parquet"}}))
     assert plain is not None and plain.removes == ["x/y.parquet"]
-    assert [(a["path"], a["num_records"]) for a in plain.adds] == [("event_day=1/a b.parquet", 7)]
+    # the path as the log holds it, as delta-rs lists it (get_add_actions does not decode it)
+    assert [(a["path"], a["num_records"]) for a in plain.adds] == [("event_day=1/a%20b.parquet", 7)]
     for other in ({"metaData": {}}, {"protocol": {}}, {"txn": {}}, {"domainMetadata": {}},
                   {"add": {**add, "deletionVector": {"storageType": "u"}}},
                   {"add": {**add, "path": "s3://bucket/t/event_day=1/a.parquet"}},
