@@ -134,6 +134,16 @@ class LakeContext:
             raise NotFoundError(f"table {name!r} is not in the catalog", table=name)
         return self.resolve_location(entry.location)
 
+    def table_roots(self) -> list[str]:
+        """The root URI of every table we write: where the catalog points (a table moved outside the lake
+        by `set_location`) and its default location. For the full temp-file walks of vacuum and erasure."""
+        roots = {self.resolve_location(self.default_location(t)) for t in self.tables.values()}
+        for name in self.tables:
+            entry = self.catalog.table(name)
+            if entry is not None:
+                roots.add(self.resolve_location(entry.location))
+        return sorted(roots)
+
     def table_storage(self, name: str) -> Storage:
         """The table root as a Storage."""
         return Storage(self.table_uri(name), self.storage.storage_options)

@@ -15,6 +15,7 @@ lake-resident catalog, which must find the newest record without listing all of 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -48,12 +49,23 @@ from .faults import crash_point
 # filesystem is one journal transaction on ext4/xfs, as it was within one; after a power cut a new name may
 # be missing, as before, never half-written). A `_tmp` lost in a power cut costs nothing: no reader looks
 # there.
+# Another filesystem below a root (a disk mounted at, or a symlink from, `lake/_index` or `lake/_raw`): a
+# rename or link from the root's `_tmp` fails with EXDEV. The write then learns the folder just below the
+# filesystem boundary (the topmost folder of the final name's path, below the root, on the final name's
+# device: `_OTHER_FS`), writes again into that folder's `_tmp` and renames/links from there; every later
+# write of the process below that folder goes there directly (the common case pays nothing: no stat, no
+# lookup unless something was learned). Same guarantees: a link never overwrites, the crash points keep
+# their names, the data is fsynced first, a killed write leaves a `.tmp-*` file in a `_tmp` folder. The
+# writer start lists the `_tmp` of every top-level folder of the lake root and of every index root too
+# (temp_sweep.py); a boundary deeper than those is covered by the full walks of vacuum and erasure only.
 TEMP_PREFIX = ".tmp-"
 TEMP_DIR = "_tmp"  # under every storage root (Delta readers and delta-rs ignore `_`-prefixed folders)
 TEMP_GRACE_SECONDS = 3600.0
 HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _TEMP_NAME = re.compile(r"\.tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-)?[0-9a-f]{32}")
 _SKIP_DIRS = frozenset({"_delta_log", "_catalog"})
+# a root's temp folder -> the folders below that root that sit on another filesystem, deepest first
+_OTHER_FS: dict[str, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,7 +188,8 @@ class Storage:
     def child(self, rel: str) -> Storage:
         """A Storage rooted at a sub-path (e.g. an index root). It writes its temp files into this
         storage's `_tmp` (one temp folder for the lake's own files), unless the sub-path resolves outside
-        this root (a symlink: maybe another filesystem), where it gets its own."""
+        this root (a symlink: maybe another filesystem), where it gets its own. (A mount below the root:
+        the first write there learns its own `_tmp`, `cross_device`.)"""
         sub = Storage(self.uri(rel), self.storage_options)
         if sub._base.startswith(self._base + "/"):
             sub._temp_dir = self._temp_dir
@@ -213,17 +226,47 @@ class Storage:
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
 
-    def temp_path(self) -> str:
-        """A fresh full path in this storage's temp folder (local disk), which exists on return."""
-        os.makedirs(self._temp_dir, exist_ok=True)
-        return f"{self._temp_dir}/{temp_name()}"
+    def temp_path(self, parent: str | None = None) -> str:
+        """A fresh full path in this storage's temp folder (local disk), which exists on return; with
+        `parent` (the full path of the final name's directory), in the temp folder on its filesystem."""
+        temp_dir = self._temp_dir if parent is None else self._temp_dir_for(parent)
+        os.makedirs(temp_dir, exist_ok=True)
+        return f"{temp_dir}/{temp_name()}"
+
+    def _temp_dir_for(self, parent: str) -> str:
+        if self._temp_dir not in _OTHER_FS:  # the common case: nothing learned (no EXDEV in this process)
+            return self._temp_dir
+        return next((f"{d}/{TEMP_DIR}" for d in _OTHER_FS[self._temp_dir]
+                     if parent == d or parent.startswith(d + "/")), self._temp_dir)
+
+    def cross_device(self, exc: OSError, parent: str) -> bool:
+        """True when `exc` (from a rename or link of a temp file into the directory `parent`) says the
+        temp folder is on another filesystem, and a temp folder on `parent`'s own filesystem is now
+        known: the caller writes its temp file again (`temp_path(parent)`) and retries once."""
+        if exc.errno != errno.EXDEV:
+            return False
+        before = self._temp_dir_for(parent)
+        top = self._temp_dir.rsplit("/", 1)[0]  # the root that owns the temp folder
+        device = os.stat(parent).st_dev
+        folder = parent
+        while True:  # climb to the folder just below the filesystem boundary, staying below the root
+            up = folder.rsplit("/", 1)[0]
+            if not up.startswith(top + "/") or os.stat(up).st_dev != device:
+                break
+            folder = up
+        if f"{folder}/{TEMP_DIR}" == before:
+            return False  # nowhere else to go (the temp folder is the mount): let the EXDEV stand
+        known = {*_OTHER_FS.get(self._temp_dir, ()), folder}
+        _OTHER_FS[self._temp_dir] = tuple(sorted(known, key=len, reverse=True))
+        return True
 
     def _write_temp(self, parent: str, data: bytes | bytearray, mode: int | None = None, *,
                     durable: bool = True) -> str:
         """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in the temp
-        folder (local disk); returns that path. `parent` is the final name's directory: the crash point
-        `storage.after_temp:<its top-level dir>` dies with the temp file written, not yet renamed."""
-        tmp = self.temp_path()
+        folder (local disk) on `parent`'s filesystem; returns that path. `parent` is the final name's
+        directory: the crash point `storage.after_temp:<its top-level dir>` dies with the temp file
+        written, not yet renamed."""
+        tmp = self.temp_path(parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -233,15 +276,32 @@ class Storage:
         crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
-    @staticmethod
-    def _rename(tmp: str, full: str) -> None:
-        """Move a temp file onto its final name (replacing it); the temp file is gone either way."""
+    def _move_in(self, parent: str, full: str, data: bytes | bytearray, mode: int | None = None, *,
+                 durable: bool = True, link: bool = False, retry: bool = True) -> bool:
+        """Write `data` to a temp file, then rename it onto `full` (replacing it), or with `link` hard-link
+        it there (create-only: False when `full` exists). The temp file is gone either way. On EXDEV the
+        write is done again once in the temp folder on `full`'s filesystem (`cross_device`)."""
+        tmp = self._write_temp(parent, data, mode, durable=durable)
+        moved = False
         try:
-            os.replace(tmp, full)
-        except BaseException:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+            if link:
+                os.link(tmp, full)
+            else:
+                os.replace(tmp, full)
+                moved = True
+            return True
+        except FileExistsError:
+            if not link:
+                raise
+            return False
+        except OSError as exc:
+            if not (retry and self.cross_device(exc, parent)):
+                raise
+            return self._move_in(parent, full, data, mode, durable=durable, link=link, retry=False)
+        finally:
+            if not moved:
+                with suppress(FileNotFoundError):
+                    os.unlink(tmp)
 
     def write_bytes(self, rel: str, data: bytes | bytearray, *, durable: bool = True) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
@@ -250,7 +310,7 @@ class Storage:
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            self._rename(self._write_temp(parent, data, durable=durable), full)
+            self._move_in(parent, full, data, durable=durable)
         else:
             with self.fs.open_output_stream(full) as out:
                 out.write(data)
@@ -277,14 +337,7 @@ class Storage:
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            tmp = self._write_temp(parent, data, mode)
-            try:
-                os.link(tmp, full)
-                return True
-            except FileExistsError:
-                return False
-            finally:
-                os.unlink(tmp)
+            return self._move_in(parent, full, data, mode, link=True)
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
@@ -324,8 +377,7 @@ class Storage:
                 current = self.read_tagged(rel)
                 if current is None or current[1] != tag:
                     return False
-                self._rename(self._write_temp(full.rsplit("/", 1)[0], data), full)
-                return True
+                return self._move_in(full.rsplit("/", 1)[0], full, data)
         import obstore
         from obstore.exceptions import PreconditionError
 
@@ -396,14 +448,16 @@ class Storage:
     def temp_files(self, grace_seconds: float = TEMP_GRACE_SECONDS, *,
                    under: tuple[str, ...] | None = None) -> list[TempFile]:
         """Every temp file under the root (outside Delta logs and the catalog: `_tmp` and anything an
-        earlier version left next to a final name), with its state; only those under the folders `under`
-        when given (the writer start's `_tmp` listing, quarantine/temp_sweep.py). Temp files exist on
-        local disk only: object-store writes are single PUTs."""
+        earlier version left next to a final name; folders linked in from elsewhere too), with its state;
+        only those under the folders `under` when given (the writer start's `_tmp` listing,
+        quarantine/temp_sweep.py). Temp files exist on local disk only: object-store writes are single
+        PUTs."""
         if not self.is_local:
             return []
         now = time.time()
         out: list[TempFile] = []
         stack = [self._base] if under is None else [self._full(u) for u in under]
+        linked: set[str] = set()
         while stack:
             try:
                 entries = list(os.scandir(stack.pop()))
@@ -412,6 +466,14 @@ class Storage:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     if entry.name not in _SKIP_DIRS:
+                        stack.append(entry.path)
+                    continue
+                if under is None and entry.is_symlink() and entry.is_dir() and entry.name not in _SKIP_DIRS:
+                    # a folder moved to another disk and linked in: part of the lake, walked once (its
+                    # target outside the root; a link back inside is walked where it really is)
+                    target = os.path.realpath(entry.path)
+                    if target != self._base and not target.startswith(self._base + "/") and target not in linked:
+                        linked.add(target)
                         stack.append(entry.path)
                     continue
                 if not entry.name.startswith(TEMP_PREFIX):

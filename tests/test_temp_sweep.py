@@ -5,31 +5,15 @@ which also find the temp files an earlier version left next to their final names
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import jsonl, up
+from conftest import ingest_killed_at, jsonl, plant_temp, up
 
 import delta_release as dr
 from delta_release import storage as storage_mod
 from delta_release.quarantine import temp_sweep
-from delta_release.storage import HOST_TAG, TEMP_DIR, Storage
-
-
-def _dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
-    return int(done.stdout)
-
-
-def _plant(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f".tmp-{HOST_TAG}-{_dead_pid()}-{'c' * 32}"
-    path.write_bytes(b"payload")
-    return path
+from delta_release.storage import TEMP_DIR, Storage
 
 
 def _temps(root: Path) -> list[str]:
@@ -41,9 +25,9 @@ def test_writer_start_lists_the_temp_folders_and_never_walks_the_lake(
     root = tmp_path / "lake"
     lake = dr.Lake.create(root)
     lake.ingest(jsonl([up("a", 1, day=3)]))
-    lake_tmp = _plant(root / TEMP_DIR)
-    table_tmp = _plant(root / "orders" / TEMP_DIR)
-    legacy = [_plant(root / "orders" / "event_day=3"), _plant(root / "_raw")]  # an earlier version's places
+    lake_tmp = plant_temp(root / TEMP_DIR)
+    table_tmp = plant_temp(root / "orders" / TEMP_DIR)
+    legacy = [plant_temp(root / "orders" / "event_day=3"), plant_temp(root / "_raw")]  # an earlier version's places
     walked: list[str] = []
     real = os.scandir
 
@@ -58,12 +42,14 @@ def test_writer_start_lists_the_temp_folders_and_never_walks_the_lake(
                                                  table_tmp.relative_to(root).as_posix()]
     assert not lake_tmp.exists() and not table_tmp.exists() and all(p.exists() for p in legacy)
     base = root.resolve()
-    assert sorted(walked) == [str(base / TEMP_DIR), str(base / "orders" / TEMP_DIR),
-                              str(base / "telemetry" / TEMP_DIR)]  # no day, bucket, index or ledger folder
+    # the lake root and `_index` listed (one level: a folder on another device would have its `_tmp`
+    # listed too, tests/test_temp_devices.py), then `_tmp` folders only: no day, bucket, index or ledger folder
+    assert sorted(walked) == sorted([str(base), str(base / "_index"), str(base / TEMP_DIR),
+                                     str(base / "orders" / TEMP_DIR), str(base / "telemetry" / TEMP_DIR)])
     monkeypatch.undo()
 
     # an ingest does the same through its writer start; vacuum walks the lake and removes the legacy ones
-    lake_tmp, table_tmp = _plant(root / TEMP_DIR), _plant(root / "telemetry" / TEMP_DIR)
+    lake_tmp, table_tmp = plant_temp(root / TEMP_DIR), plant_temp(root / "telemetry" / TEMP_DIR)
     lake.ingest(jsonl([up("b", 2, day=4)]))
     left = sorted(p.relative_to(root).as_posix() for p in legacy)
     assert _temps(root) == left
@@ -74,7 +60,7 @@ def test_writer_start_lists_the_temp_folders_and_never_walks_the_lake(
 def test_a_table_outside_the_lake_has_its_own_temp_folder(tmp_path: Path) -> None:
     lake = Storage(str(tmp_path / "lake"))
     outside = tmp_path / "elsewhere" / "t"
-    planted = _plant(outside / TEMP_DIR)
+    planted = plant_temp(outside / TEMP_DIR)
     removed = temp_sweep.sweep_at_writer_start(lake, tables=[str(outside)])
     assert [t.path for t in removed] == [str(planted)] and not planted.exists()
 
@@ -113,11 +99,7 @@ def test_a_stage_file_killed_in_its_temp_file_is_swept_by_the_next_writer(tmp_pa
     dr.Lake.create(root).ingest(jsonl([up("first", 0, day=5)]))
     batch = tmp_path / "b.jsonl"
     batch.write_bytes(jsonl([up("second", 1, day=5)]))
-    code = f"import delta_release as dr; dr.Lake.open({str(root)!r}).ingest({str(batch)!r})"
-    env = {**os.environ, "DELTA_RELEASE_CRASH_AT": "storage.after_temp:event_day=5"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False,
-                          timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    ingest_killed_at(root, batch, "storage.after_temp:event_day=5")
     (left,) = _temps(root)
     assert left.startswith("orders/_tmp/.tmp-")  # the table root's temp folder, not the day directory
     dr.Lake.open(root).ingest(jsonl([up("third", 2, day=6)]))

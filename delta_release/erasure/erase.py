@@ -28,6 +28,7 @@ from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
 from ..errors import DeltaReleaseError, InputError
 from ..faults import crash_point
+from ..quarantine.temp_sweep import sweep_lake_temp
 from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
 from ..storage import HOST_TAG
 from ..storage import _pid_alive as pid_alive
@@ -175,7 +176,7 @@ def _erase(lake: LakeContext, subject_id: str, table: str, *, raw_retention_days
         exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, subject_id),
         rows_removed=entry.rows_removed + report.rows_removed)
     report.exposed_versions = exposed
-    report.temp_files_removed = [t.path for t in lake.storage.sweep_temp()]
+    report.temp_files_removed = [t.path for t in sweep_lake_temp(lake.storage, tables=lake.table_roots())]
     report.pending = pending_for(lake, entry, raw_retention_days=raw_retention_days,
                                  backup_expiry_days=backup_expiry_days)
     return report

@@ -10,8 +10,9 @@ once older than `orphan_grace_hours`, so an in-flight writer's staged candidate 
 
 Temp files anywhere in the lake (`.tmp-*`, left by a writer killed between writing and renaming them,
 and holding whatever it was writing: in the `_tmp/` folders, or next to their final names when an earlier
-version wrote them) are reported in `temp_files` and removed once stale: their writer is gone, or they are
-older than `orphan_grace_hours` (`Storage.temp_files`); a running writer's are reported as kept.
+version wrote them) and in every table root outside the lake (reported by full path) are reported in
+`temp_files` and removed once stale: their writer is gone, or they are older than `orphan_grace_hours`
+(`Storage.temp_files`); a running writer's are reported as kept.
 
 Files are deleted directly on storage; no Delta commit is written, so vacuum never makes a concurrent
 writer's parent stale. The Delta log itself is left alone: it holds no subject ids (DESIGN.md, 5).
@@ -31,6 +32,7 @@ from ..erasure.permission import snapshot_allowed
 from ..erasure.vacuumlog import record_vacuum
 from ..errors import InputError
 from ..faults import crash_point
+from ..quarantine.temp_sweep import lake_temp_files, shown_temp_files
 from ..storage import TEMP_PREFIX
 
 if TYPE_CHECKING:
@@ -53,7 +55,7 @@ class VacuumReport:
     kept: list[dict[str, Any]] = field(default_factory=list)
     kept_current: int = 0
     bytes_removed: int = 0
-    temp_files: list[dict[str, Any]] = field(default_factory=list)  # paths relative to the lake root
+    temp_files: list[dict[str, Any]] = field(default_factory=list)  # relative to the lake root (outside: full)
     vacuum_id: str | None = None  # the record of this run under _vacuum/ (vacuumlog.py), when it removed files
 
     def to_json(self) -> dict[str, Any]:
@@ -144,9 +146,9 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
                                "size": size})
     report.removed.sort(key=lambda r: (r["reason"] != "erased_subject", r["path"]))
     report.bytes_removed = sum(r["size"] for r in report.removed)
-    temps = lake.storage.temp_files(grace_seconds=max(orphan_grace_hours, 0) * 3600)
+    temps = lake_temp_files(lake.storage, max(orphan_grace_hours, 0) * 3600, tables=lake.table_roots())
     report.temp_files = [{**t.to_json(), "action": ("removed" if apply else "would_remove") if t.stale else "kept"}
-                         for t in temps]
+                         for t in shown_temp_files(lake.storage, temps)]
     if apply:
         record = record_vacuum(lake, table, lineage, [r["path"] for r in report.removed])
         report.vacuum_id = None if record is None else record["vacuum"]
@@ -155,7 +157,7 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
             store.delete(item["path"])
             if i == 0:
                 crash_point("vacuum.after_first_remove")
-        for t in temps:
+        for owner, t in temps:
             if t.stale:
-                lake.storage.delete(t.path)
+                owner.delete(t.path)
     return report

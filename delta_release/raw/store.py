@@ -115,6 +115,33 @@ class RawStore:
 COPY_BLOCK = 8 << 20
 
 
+def _link_copy(storage: Storage, path: str | os.PathLike[str], final: Path, *, offset: int, size: int,
+               sha256: str, retry: bool = True) -> bool:
+    """Copy the batch into a temp file on `final`'s filesystem, fsync it, check its hash and hard-link it
+    to `final` (write-once: False when another writer stored the same name first). The temp file is in a
+    `_tmp` folder, host and pid in its name: the next writer start sweeps it if we die; we remove it."""
+    tmp = Path(storage.temp_path(str(final.parent)))
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as out:
+            src.seek(offset)
+            digest = _copy(src, out, size)
+            out.flush()
+            os.fsync(out.fileno())
+        crash_point("storage.after_temp:_raw")
+        _check_same(digest, sha256, path)
+        try:
+            os.link(tmp, final)  # write-once: fails if another writer stored the same name first
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:  # EXDEV: `_raw` is on another filesystem; copy again into its own `_tmp`
+            if not (retry and storage.cross_device(exc, str(final.parent))):
+                raise
+            return _link_copy(storage, path, final, offset=offset, size=size, sha256=sha256, retry=False)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, extracted: int,
               schema_versions: list[int], received: datetime, offset: int = 0,
               length: int | None = None) -> tuple[RawBatch, bool]:
@@ -129,22 +156,7 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
     elif storage.is_local:
         final = storage.local_path(rel)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(storage.temp_path())  # in `_tmp`, host and pid in its name: the next writer start sweeps it
-        try:
-            with open(path, "rb") as src, open(tmp, "wb") as out:
-                src.seek(offset)
-                digest = _copy(src, out, size)
-                out.flush()
-                os.fsync(out.fileno())
-            crash_point("storage.after_temp:_raw")
-            _check_same(digest, sha256, path)
-            try:
-                os.link(tmp, final)  # write-once: fails if another writer stored the same name first
-                created = True
-            except FileExistsError:
-                created = False
-        finally:
-            tmp.unlink(missing_ok=True)
+        created = _link_copy(storage, path, final, offset=offset, size=size, sha256=sha256)
     else:
         with open(path, "rb") as src, storage.fs.open_output_stream(storage.uri(rel).removeprefix("s3://")) as out:
             src.seek(offset)
