@@ -18,6 +18,7 @@ version at 29,200 files, whatever the commit). Here a writer's view moves forwar
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,20 +56,36 @@ def entry_bytes(*, parent: int, adds: list[dict[str, Any]], removes: list[dict[s
 def plain_actions(lines: list[str]) -> Actions | None:
     """The adds and removes of one log entry, or None when it holds any other action (or an add with a
     deletion vector, or a path both removed and added)."""
+    got = _entry(lines, facts=False)
+    return None if got is None else got[0]
+
+
+def _entry(lines: list[str], *, facts: bool = True
+           ) -> tuple[Actions, dict[str, Any] | None, dict[str, Any] | None] | None:
+    """The adds and removes of one JSON entry, with (`facts`) its protocol and metaData actions (None when
+    absent); None when it holds any other action. Each line is parsed once."""
     adds: list[dict[str, Any]] = []
     removes: list[str] = []
+    protocol = metadata = None
     for line in lines:
         if not line.strip():
             continue
         action = json.loads(line)
-        if not isinstance(action, dict) or not set(action) <= _PLAIN_KEYS:
+        if not isinstance(action, dict):
+            return None
+        if facts and set(action) == {"protocol"}:
+            protocol = dict(action["protocol"])
+            continue
+        if facts and set(action) == {"metaData"}:
+            metadata = dict(action["metaData"])
+            continue
+        if not set(action) <= _PLAIN_KEYS:
             return None
         if (add := action.get("add")) is not None:
             if add.get("deletionVector") or _absolute(str(add["path"])):
                 return None
-            stats = json.loads(add["stats"]) if add.get("stats") else {}
             adds.append({"path": str(add["path"]), "size_bytes": int(add["size"]),
-                         "num_records": stats.get("numRecords"),
+                         "num_records": _num_records(add.get("stats")),
                          "partition": dict(add.get("partitionValues") or {})})
         if (remove := action.get("remove")) is not None:
             if _absolute(str(remove["path"])):
@@ -76,7 +93,19 @@ def plain_actions(lines: list[str]) -> Actions | None:
             removes.append(str(remove["path"]))
     if {a["path"] for a in adds} & set(removes):
         return None
-    return Actions(adds=adds, removes=removes)
+    return Actions(adds=adds, removes=removes), protocol, metadata
+
+
+def _num_records(stats: str | None) -> int | None:
+    """numRecords of an add's stats string: by a pattern when the key occurs once (a third of the cost of
+    parsing the statistics of every column), else by parsing it. A column named numRecords adds the key at
+    least twice (its nullCount and min/max), so a single occurrence is the file's count."""
+    if not stats:
+        return None
+    if stats.count('"numRecords"') == 1 and (m := _NUM_RECORDS_RE.search(stats)):
+        return int(m.group(1))
+    value = json.loads(stats).get("numRecords")
+    return None if value is None else int(value)
 
 
 def _absolute(path: str) -> bool:
@@ -128,6 +157,7 @@ _PARTITION_TYPES: dict[str, pl.DataType] = {"byte": pl.Int8(), "short": pl.Int16
 MAX_REPLAY = 256  # JSON entries replayed past the checkpoint (or from version 0 without one)
 MAX_JSON_BYTES = 8 << 20  # bytes of JSON entries replayed (~20 ms per MiB here); beyond, delta-rs reads them
 _NUM_RECORDS = r'"numRecords"\s*:\s*(\d+)'
+_NUM_RECORDS_RE = re.compile(_NUM_RECORDS)
 _BATCH = 8192  # checkpoint rows decoded at a time: the stats strings of a batch, not of the table
 
 
@@ -243,25 +273,6 @@ def _texts(parts: list[pl.DataFrame]) -> pl.DataFrame:
     added by name as they appear)."""
     empty = pl.DataFrame(schema={"path": pl.String, "size_bytes": pl.Int64, "num_records": pl.Int64})
     return pl.concat([empty, *parts], how="diagonal") if parts else empty
-
-
-def _entry(lines: list[str]) -> tuple[Actions, dict[str, Any] | None, dict[str, Any] | None] | None:
-    """The adds and removes of one JSON entry with its protocol and metaData actions (None when absent),
-    or None when it holds any other action."""
-    rest: list[str] = []
-    protocol = metadata = None
-    for line in lines:
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        if isinstance(action, dict) and set(action) == {"protocol"}:
-            protocol = dict(action["protocol"])
-        elif isinstance(action, dict) and set(action) == {"metaData"}:
-            metadata = dict(action["metaData"])
-        else:
-            rest.append(line)
-    step = plain_actions(rest)
-    return None if step is None else (step, protocol, metadata)
 
 
 def _checkpoint(data: bytes) -> tuple[dict[str, Any], dict[str, Any], pl.DataFrame] | None:

@@ -164,6 +164,7 @@ def test_numrecords_is_the_stats_own_field_whatever_the_key_order() -> None:
     files = _delta_log._checkpoint_files(add)
     assert files["num_records"].to_list() == [2, 3, None]
     assert files["partition.p"].to_list() == ["1", "", None]  # text; `load` reads "" as the null partition
+    assert [_delta_log._num_records(s) for s in stats] == [2, 3, None]  # the JSON entries' reader
 
 
 def test_an_empty_partition_value_in_a_checkpoint_is_the_null_partition(lake: dr.Lake) -> None:
