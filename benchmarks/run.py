@@ -58,8 +58,8 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
     main_rows = min(sizes, key=lambda n: abs(n - scale.rows))  # the contenders' comparison; larger: ours
     out: dict[str, Any] = {"touched_days": days, "batch_events": scale.batch, "sizes": sizes,
                            "main_rows": main_rows, "large": scale.large, "runs": {}}
+    plan: list[tuple[int, str, int]] = []  # (rows, contender, runs)
     for rows in sizes:
-        entry = info["tables"][rows]
         for contender in ba.CONTENDERS:
             if contender in skip:
                 continue
@@ -67,31 +67,44 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
                 continue  # minutes per run at this size: timed at the main size only
             reps = scale.repeats if ((rows == main_rows and contender != "pyiceberg")
                                      or (rows == sizes[-1] and contender == "ours")) else 1
-            runs: list[dict[str, Any]] = []
-            for _ in range(reps):
-                if contender == "ours":
-                    work = work_root / "ours"
-                    link_copy(entry["ours"], work)
-                elif contender in ("deltalake", "deltalake_jsonl", "polars"):
-                    work = work_root / contender
-                    link_copy(entry["delta"], work)
-                elif contender == "floor":
-                    work = entry["delta"]
-                else:
-                    work = entry["iceberg"]
-                timeout = scale.iceberg_timeout if contender == "pyiceberg" else 1800
-                res = run_child("benchmarks.bench_apply", contender, str(work), str(info["source_parquet"]),
-                                str(info["batch_jsonl"]), ",".join(map(str, days)), timeout=timeout)
-                run = {"ok": res.ok, "error": res.error, **res.data}
-                if res.ok:
-                    run["check"] = ba.check(contender, work if contender != "ours" else work, days)
-                runs.append(run)
-                log(f"  apply {rows:>9,} rows  {contender:<9} "
-                    + (f"{run['seconds']:.3f}s  peak {run['maxrss_mb']:.0f} MiB" if res.ok else f"FAILED {res.error}"))
-                if not res.ok:
-                    break
-            out["runs"].setdefault(str(rows), {})[contender] = _summarise(runs)
+            plan.append((rows, contender, reps))
+    # In rounds, not in blocks: each round runs every (size, contender) once, so a shared host that slows
+    # down during the section weighs on every size and contender alike, not on the last ones (the sizes'
+    # ratio, row (b), compared 3 runs at 5M with 3 runs at 50M made minutes later).
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {(rows, c): [] for rows, c, _ in plan}
+    for round_ in range(max((reps for *_, reps in plan), default=0)):
+        for rows, contender, reps in plan:
+            done = runs[(rows, contender)]
+            if round_ < reps and not (done and not done[-1]["ok"]):
+                done.append(_apply_run(ba, info, rows, contender, work_root, days, scale))
+    for rows, contender, _ in plan:
+        out["runs"].setdefault(str(rows), {})[contender] = _summarise(runs[(rows, contender)])
     return out
+
+
+def _apply_run(ba: Any, info: dict[str, Any], rows: int, contender: str, work_root: Path, days: list[int],
+               scale: Scale) -> dict[str, Any]:
+    """One run of one contender on the table of `rows` rows, in its own process on a fresh copy."""
+    entry = info["tables"][rows]
+    if contender == "ours":
+        work = work_root / "ours"
+        link_copy(entry["ours"], work)
+    elif contender in ("deltalake", "deltalake_jsonl", "polars"):
+        work = work_root / contender
+        link_copy(entry["delta"], work)
+    elif contender == "floor":
+        work = entry["delta"]
+    else:
+        work = entry["iceberg"]
+    timeout = scale.iceberg_timeout if contender == "pyiceberg" else 1800
+    res = run_child("benchmarks.bench_apply", contender, str(work), str(info["source_parquet"]),
+                    str(info["batch_jsonl"]), ",".join(map(str, days)), timeout=timeout)
+    run = {"ok": res.ok, "error": res.error, **res.data}
+    if res.ok:
+        run["check"] = ba.check(contender, work, days)
+    log(f"  apply {rows:>9,} rows  {contender:<9} "
+        + (f"{run['seconds']:.3f}s  peak {run['maxrss_mb']:.0f} MiB" if res.ok else f"FAILED {res.error}"))
+    return run
 
 
 def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
