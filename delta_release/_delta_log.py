@@ -302,9 +302,10 @@ def _checkpoint(data: bytes) -> tuple[dict[str, Any], dict[str, Any], pl.DataFra
             add = add.filter(add.is_valid())
             if len(add):
                 parts.append(_checkpoint_files(add))
-    except (pa.ArrowException, OSError, StopIteration, KeyError, TypeError, ValueError):
+        texts = _texts(parts)
+    except (pa.ArrowException, pl.exceptions.PolarsError, OSError, StopIteration, KeyError, TypeError, ValueError,
+            AttributeError, IndexError):  # not the shape the protocol describes: delta-rs reads it or says why
         return None
-    texts = _texts(parts)
     paths = texts["path"]
     if (paths.str.contains("://", literal=True) | paths.str.starts_with("/")).any():
         return None

@@ -192,3 +192,34 @@ def test_a_long_replay_without_a_checkpoint_is_left_to_delta_rs(lake: dr.Lake,
     assert _delta_log.load(_read(root), 3) is not None
     monkeypatch.setattr(_delta_log, "MAX_REPLAY", 3)  # versions 0..3 are 4 entries to replay
     assert _delta_log.load(_read(root), 3) is None and _delta_log.load(_read(root), 2) is not None
+
+
+@pytest.mark.parametrize("odd", ["stats as bytes", "partitionValues as a struct", "no metaData row"])
+def test_a_checkpoint_of_an_unexpected_shape_is_left_to_delta_rs(tmp_path: Path, odd: str) -> None:
+    """Another writer's checkpoint that is not what the protocol describes: `load` declines (the caller
+    opens delta-rs's snapshot, which reads it or says what is wrong), it never raises its own error."""
+    root = tmp_path / "t"
+    (root / "_delta_log").mkdir(parents=True)
+    schema = json.dumps({"type": "struct", "fields": [{"name": "p", "type": "integer", "nullable": True,
+                                                       "metadata": {}}]})
+    values = (pa.array([{"p": "1"}, None, None]) if odd == "partitionValues as a struct"
+              else pa.array([[("p", "1")], None, None], pa.map_(pa.string(), pa.string())))
+    stats = pa.array([b'{"numRecords": 1}', None, None]) if odd == "stats as bytes" \
+        else pa.array(['{"numRecords": 1}', None, None])
+    add = pa.StructArray.from_arrays([pa.array(["p=1/a.parquet", None, None]), pa.array([1, None, None], pa.int64()),
+                                      values, stats], names=["path", "size", "partitionValues", "stats"],
+                                     mask=pa.array([False, True, True]))
+    meta = pa.array([None, None if odd == "no metaData row" else
+                     {"id": "x", "schemaString": schema, "partitionColumns": ["p"], "configuration": []}, None],
+                    pa.struct([("id", pa.string()), ("schemaString", pa.string()),
+                               ("partitionColumns", pa.list_(pa.string())),
+                               ("configuration", pa.map_(pa.string(), pa.string()))]))
+    protocol = pa.array([None, None, {"minReaderVersion": 1, "minWriterVersion": 2}],
+                        pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())]))
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"add": add, "metaData": meta, "protocol": protocol}),
+                   root / "_delta_log" / f"{0:020d}.checkpoint.parquet")
+    (root / "_delta_log" / "_last_checkpoint").write_text(json.dumps({"version": 0, "size": 3}))
+    (root / "_delta_log" / f"{0:020d}.json").write_text("{}\n")
+    assert _delta_log.load(_read(root), 0) is None
