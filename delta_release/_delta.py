@@ -568,10 +568,9 @@ def version_record(uri: str, options: dict[str, str], version: int) -> CommitRec
 
 
 def removed_files(uri: str, options: dict[str, str], version: int) -> list[tuple[str, int | None]] | None:
-    """(path, size) of every remove action of one commit, from its log entry alone (paths decoded as
-    `file_entries` gives them); None when the entry does not exist."""
-    from urllib.parse import unquote
-
+    """(path, size) of every remove action of one commit, from its log entry alone (paths as the log holds
+    them, as `file_entries` gives them: delta-rs's add actions are not URI-decoded either); None when the
+    entry does not exist."""
     lines = _log_entry_lines(uri, options, version)
     if lines is None:
         return None
@@ -579,7 +578,7 @@ def removed_files(uri: str, options: dict[str, str], version: int) -> list[tuple
     for line in lines:
         if '"remove"' in line and (action := json.loads(line).get("remove")):
             size = action.get("size")
-            out.append((unquote(str(action["path"])), None if size is None else int(size)))
+            out.append((str(action["path"]), None if size is None else int(size)))
     return out
 
 

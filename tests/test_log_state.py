@@ -223,3 +223,16 @@ def test_a_checkpoint_of_an_unexpected_shape_is_left_to_delta_rs(tmp_path: Path,
     (root / "_delta_log" / "_last_checkpoint").write_text(json.dumps({"version": 0, "size": 3}))
     (root / "_delta_log" / f"{0:020d}.json").write_text("{}\n")
     assert _delta_log.load(_read(root), 0) is None
+
+
+def test_removed_paths_match_the_listed_paths_of_an_encoded_partition(tmp_path: Path) -> None:
+    """delta-rs lists add paths as the log holds them (URI-encoded); a commit's removed paths are given the
+    same way, so a file removed and a file listed compare equal (the release packet's retained bytes)."""
+    from deltalake import write_deltalake
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"v": [1], "s": ["a b"]}), partition_by=["s"])
+    write_deltalake(uri, pa.table({"v": [2], "s": ["a b"]}), partition_by=["s"], mode="overwrite")
+    listed = [e.path for e in _delta.file_entries(uri, {}, 0)]
+    removed = _delta.removed_files(uri, {}, 1)
+    assert removed is not None and [p for p, _ in removed] == listed and "%2520" in listed[0]
