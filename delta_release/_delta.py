@@ -61,7 +61,8 @@ def _open(uri: str, options: dict[str, str], version: int | None = None) -> Delt
 # `update_incremental` (reads only the commits since, or the newest checkpoint): no log replay per call.
 # A table deleted and created again under the same URI (a scratch lake) is caught by the identity of the
 # cached version's log entry (modification time and size): a different entry means another table.
-_HANDLES: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[DeltaTable, tuple[int, int] | None]] = {}
+CacheKey = tuple[str, tuple[tuple[str, str], ...]]  # a table's URI and storage options
+_HANDLES: dict[CacheKey, tuple[DeltaTable, tuple[int, int] | None]] = {}
 
 
 def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int, int] | None:
@@ -70,7 +71,7 @@ def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int,
     from .storage import Storage
 
     storage = Storage(uri, options)
-    info = storage.fs.get_file_info(storage.full_path(f"_delta_log/{version:020d}.json"))
+    info = storage.fs.get_file_info(storage.full_path(_delta_log.log_path(version)))
     if info.size is None:
         return None
     return int(info.mtime_ns or 0), int(info.size)
@@ -85,7 +86,7 @@ def _commit_exists(uri: str, options: dict[str, str], version: int) -> bool:
     return _log_identity(uri, options, version) is not None
 
 
-def _remember(key: tuple[str, tuple[tuple[str, str], ...]], uri: str, options: dict[str, str],
+def _remember(key: CacheKey, uri: str, options: dict[str, str],
               handle: DeltaTable) -> DeltaTable:
     _HANDLES[key] = (handle, _log_identity(uri, options, int(handle.version())))
     return handle
@@ -104,15 +105,15 @@ def _cached(uri: str, options: dict[str, str]) -> DeltaTable | None:
     return handle
 
 
-def _drop(key: tuple[str, tuple[tuple[str, str], ...]]) -> None:
+def _drop(key: CacheKey) -> None:
     """Forget a table's handle and what was learnt beside it (another table may now be at its URI)."""
     _HANDLES.pop(key, None)
     _TIPS.pop(key, None)
     _LISTED.pop(key, None)
-    _STATES.pop(str(key), None)
+    _STATES.pop(key, None)
 
 
-def _cache_key(uri: str, options: dict[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _cache_key(uri: str, options: dict[str, str]) -> CacheKey:
     return uri.rstrip("/"), tuple(sorted((options or {}).items()))
 
 
@@ -207,9 +208,9 @@ def _log_tip(uri: str, options: dict[str, str]) -> int | None:
 
     storage = Storage(uri, options)
     start = _delta_log.last_checkpoint(_reader(uri, options))
-    if start is None and _commit_exists(uri, options, 0):
+    if start is None:
         start = 0
-    if start is None or not _commit_exists(uri, options, start):
+    if not _commit_exists(uri, options, start):
         return None
     if storage.is_local:
         try:
@@ -226,9 +227,9 @@ def _log_tip(uri: str, options: dict[str, str]) -> int | None:
 
 
 PROBE_AHEAD = 64  # log entries probed past the cached handle before delta-rs lists `_delta_log` instead
-_TIPS: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # the newest version seen, per cached handle
+_TIPS: dict[CacheKey, int] = {}  # the newest version seen, per cached handle
 # A version found by listing the log (no handle or state cached) and its entry's identity.
-_LISTED: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, tuple[int, int] | None]] = {}
+_LISTED: dict[CacheKey, tuple[int, tuple[int, int] | None]] = {}
 
 
 def _plain_steps(uri: str, options: dict[str, str], first: int, last: int) -> list[_delta_log.Actions] | None:
@@ -283,7 +284,7 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     if _plain_writer(state, adds, removes):
         return _commit_entry(uri, options, state, table=table, parent=parent, adds=adds, removes=removes,
                              evidence=evidence, partition_by=partition_by, now=now)
-    handle = _parent_handle(uri, options, parent)  # delta-rs commits on its snapshot of the parent
+    handle = _snapshot(uri, options, parent)  # delta-rs commits on its snapshot of the parent
     actions: list[AddAction | RemoveAction] = [
         AddAction(path=a.path, size=a.size, partition_values=a.partition_values,
                   modification_time=a.modification_time, data_change=True, stats=a.stats)
@@ -319,11 +320,6 @@ CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval's default
 # A commit of this many actions is followed by a checkpoint: opening the 50M-row bench table (29,200 files
 # added by one commit) took 0.22-0.33 s from its JSON entry and 0.10-0.19 s from a checkpoint.
 CHECKPOINT_ACTIONS = 10_000
-
-
-def _parent_handle(uri: str, options: dict[str, str], parent: int) -> DeltaTable:
-    handle = _snapshot(uri, options, parent)
-    return handle if handle.version() == parent else _open(uri, options, parent)
 
 
 def _plain_writer(state: _delta_log.State, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
@@ -362,7 +358,7 @@ def _commit_entry(uri: str, options: dict[str, str], state: _delta_log.State, *,
     from .storage import Storage
 
     version = parent + 1
-    rel = f"_delta_log/{version:020d}.json"
+    rel = _delta_log.log_path(version)
     data = _entry_bytes(parent=parent, adds=adds, removes=removes, evidence=evidence,
                         partition_by=partition_by, now=now)
     storage = Storage(uri, options)
@@ -393,7 +389,7 @@ def partition_entries(uri: str, options: dict[str, str], version: int, column: s
                       values: list[str | None]) -> list[FileEntry]:
     """The files of `version` in the partitions `values` of `column` (None: the null partition), filtered
     before they become Python objects: cost grows with the files returned, not the table's file count."""
-    frame = _actions_frame(uri, options, version)
+    frame = _state(uri, options, version).frame
     name = f"partition.{column}"
     text = frame[name].cast(pl.String)
     plain = [v for v in values if v is not None]
@@ -406,7 +402,7 @@ def partition_entries(uri: str, options: dict[str, str], version: int, column: s
 
 def file_count(uri: str, options: dict[str, str], version: int) -> int:
     """How many files `version` references (no Python object per file)."""
-    return _actions_frame(uri, options, version).height
+    return _state(uri, options, version).frame.height
 
 
 # The writer's state (`_delta_log.State`: protocol, metadata, file frame) of the last version asked, per
@@ -416,16 +412,12 @@ def file_count(uri: str, options: dict[str, str], version: int) -> int:
 # after it), else from delta-rs's snapshot. A later version's state is this one moved forward by the commits
 # since (`_delta_log.advance`) when they hold only adds and removes: the next ingest in the same process
 # reads those commits' entries, not the whole table again.
-_STATES: dict[str, tuple[tuple[Any, ...], _delta_log.State]] = {}
+_STATES: dict[CacheKey, tuple[tuple[Any, ...], _delta_log.State]] = {}
 STATES_KEPT = 4  # tables whose state is kept (a lake's tables, opened one after the other)
 
 
-def _actions_frame(uri: str, options: dict[str, str], version: int) -> pl.DataFrame:
-    return _state(uri, options, version).frame
-
-
 def _state(uri: str, options: dict[str, str], version: int) -> _delta_log.State:
-    key = str(_cache_key(uri, options))
+    key = _cache_key(uri, options)
     ident = (version, _log_identity(uri, options, version))
     hit = _STATES.get(key)
     if hit is not None and ident[1] is not None:
@@ -442,7 +434,7 @@ def _state(uri: str, options: dict[str, str], version: int) -> _delta_log.State:
     return state
 
 
-def _keep(key: str, ident: tuple[Any, ...], state: _delta_log.State) -> None:
+def _keep(key: CacheKey, ident: tuple[Any, ...], state: _delta_log.State) -> None:
     _STATES.pop(key, None)
     _STATES[key] = (ident, state)
     while len(_STATES) > STATES_KEPT:
@@ -451,7 +443,7 @@ def _keep(key: str, ident: tuple[Any, ...], state: _delta_log.State) -> None:
 
 def _state_version(uri: str, options: dict[str, str]) -> int | None:
     """The version of the cached state of `uri` while its log entry is the one it was read from."""
-    hit = _STATES.get(str(_cache_key(uri, options)))
+    hit = _STATES.get(_cache_key(uri, options))
     if hit is None:
         return None
     (version, identity), _ = hit
@@ -535,12 +527,8 @@ def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.La
 
 def _log_entry_lines(uri: str, options: dict[str, str], version: int) -> list[str] | None:
     """The JSON lines of the log entry of `version` (one read, no replay), or None when it does not exist."""
-    from .storage import Storage
-
-    try:
-        return Storage(uri, options).read_bytes(f"_delta_log/{version:020d}.json").decode().splitlines()
-    except (FileNotFoundError, OSError):
-        return None
+    data = _reader(uri, options)(_delta_log.log_path(version))
+    return None if data is None else data.decode().splitlines()
 
 
 def version_evidence(uri: str, options: dict[str, str], version: int) -> dict[str, Any] | None:

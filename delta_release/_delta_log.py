@@ -202,7 +202,6 @@ def load(read: Read, version: int) -> State | None:
         return None
     protocol: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    frame: pl.DataFrame | None = None
     if start is not None:
         data = read(f"_delta_log/{start:020d}.checkpoint.parquet")
         got = None if data is None else _checkpoint(data)
@@ -240,11 +239,10 @@ def load(read: Read, version: int) -> State | None:
     try:
         missing = [pl.lit(None, dtype=pl.String).alias(f"partition.{c}") for c in types
                    if f"partition.{c}" not in texts.columns]
-        frame = texts.with_columns(*missing).select(
+        frame = advance(texts.with_columns(*missing).select(
             *FRAME_COLUMNS,
             *[pl.when(pl.col(name) != "").then(pl.col(name)).cast(t, strict=True).alias(name)  # "": null partition
-              for name, t in ((f"partition.{c}", t) for c, t in types.items())])
-        frame = advance(frame, steps)
+              for name, t in ((f"partition.{c}", t) for c, t in types.items())]), steps)
     except (pl.exceptions.PolarsError, TypeError, ValueError):
         return None
     return None if frame is None else State(version=version, protocol=protocol, metadata=metadata, frame=frame)
@@ -346,10 +344,13 @@ def _checkpoint_files(add: Any) -> pl.DataFrame:
                                     "stats": add.field("stats"), "pairs": pairs}))
     assert isinstance(frame, pl.DataFrame)
     keys = frame.select(pl.col("pairs").explode().struct.field("key").unique().drop_nulls())["key"].to_list()
-    if (frame["stats"].str.count_matches('"numRecords"', literal=True) > 1).any():  # a column named so
-        records = pl.Series([json.loads(s).get("numRecords") if s else None for s in frame["stats"]], dtype=pl.Int64)
-    else:
-        records = frame["stats"].str.extract(_NUM_RECORDS).cast(pl.Int64)
+    # `_num_records`'s rule, by column: the pattern where the key occurs once, the parse elsewhere
+    stats = frame["stats"]
+    records = stats.str.extract(_NUM_RECORDS).cast(pl.Int64)
+    odd = (stats.str.count_matches('"numRecords"', literal=True) > 1).fill_null(False)
+    if odd.any():
+        records = records.scatter(odd.arg_true(), pl.Series([_num_records(s) for s in stats.filter(odd)],
+                                                             dtype=pl.Int64))
     return frame.select(
         "path", pl.col("size_bytes").cast(pl.Int64), pl.lit(records).alias("num_records"),
         *[pl.col("pairs").list.eval(pl.element().filter(pl.element().struct.field("key") == k)
