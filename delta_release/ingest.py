@@ -81,9 +81,9 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
     if not erased or decoded.events.height == 0:
         return decoded.events, []
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
-    keys = decoded.events[key].unique().to_list()
+    keys = decoded.events[key].unique()
     raw, erased_raw = lake.erasures.subject_digests(keys), {bytes.fromhex(s) for s in erased if len(s) == 64}
-    blocked = [k for i, k in enumerate(keys) if raw[32 * i:32 * i + 32] in erased_raw]
+    blocked = [k for i, k in enumerate(keys.to_list()) if raw[32 * i:32 * i + 32] in erased_raw]
     if not blocked:
         return decoded.events, []
     mask = pl.col(key).is_in(blocked)

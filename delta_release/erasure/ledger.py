@@ -23,8 +23,11 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
+import polars as pl
+
 from ..errors import SafetyError
 from ..storage import Storage
+from .bulk import ColumnHmac
 
 KEY_PATH = "_erasure/key"
 SUBJECTS_PREFIX = "_erasure/subjects"
@@ -87,6 +90,7 @@ class ErasureLedger:
         self._cache: tuple[tuple[tuple[str, int], ...], list[ErasureEntry]] | None = None
         self._inner, self._outer = _hmac_pads(key)
         self._memo: dict[str, str] = {}
+        self._column = ColumnHmac(key, lambda ids: b"".join(map(self._digest, ids)))
 
     def subject_key(self, subject_id: str) -> str:
         """HMAC-SHA256 of the id under the lake secret, hex (equal to `hmac.new(key, id, sha256)`). The
@@ -102,10 +106,16 @@ class ErasureLedger:
         self._memo[subject_id] = digest
         return digest
 
-    def subject_digests(self, subject_ids: Iterable[str]) -> bytes:
+    def subject_digests(self, subject_ids: Iterable[str] | pl.Series) -> bytes:
         """The raw 32-byte HMAC-SHA256 of each id, concatenated in order (`bytes.fromhex(subject_key(id))`
         for each, without hex or memo). The bulk paths (a batch's buckets, key-index lookups, records and
-        rebuilds, the erasure filter) hash each distinct key once with it."""
+        rebuilds, the erasure filter) hash each distinct key once with it. A Polars String column is
+        hashed in Rust outside the GIL where polars-hash is vouched for (`bulk.ColumnHmac`), else here."""
+        if isinstance(subject_ids, pl.Series):
+            fast = self._column.digests(subject_ids)
+            if fast is not None:
+                return fast
+            subject_ids = subject_ids.to_list()
         return b"".join(map(self._digest, subject_ids))
 
     def _digest(self, subject_id: str) -> bytes:

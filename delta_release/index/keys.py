@@ -365,10 +365,10 @@ class KeyIndex:
         write_watermark(self.index, COMPLETE, self.uri, self.options, version)
 
     # -- writing ----------------------------------------------------------------------------------
-    def _hash(self, keys: list[str]) -> np.ndarray:
+    def _hash(self, keys: list[str] | pl.Series) -> np.ndarray:
         return hashed(digests(keys, self.hasher))
 
-    def _run_of(self, keys: list[str], days: Iterable[Any]) -> Run:
+    def _run_of(self, keys: list[str] | pl.Series, days: Iterable[Any]) -> Run:
         return self._hash(keys), np.fromiter((_day_in(d) for d in days), dtype=DAY, count=len(keys))
 
     def record(self, version: int, locations: dict[str, int | None], gone: Iterable[str] = (),
@@ -391,7 +391,7 @@ class KeyIndex:
         runs: list[Run] = []
         for path in paths:
             frame = self._read_file(path)
-            runs.append(self._run_of(frame[self.key].to_list(), frame[self.partition].to_list()))
+            runs.append(self._run_of(frame[self.key], frame[self.partition].to_list()))
         return runs
 
     def _read_file(self, path: str) -> pl.DataFrame:

@@ -105,9 +105,9 @@ def _without_erased(lake: Lake, events: pl.DataFrame, key: str) -> pl.DataFrame:
     erased = lake.erasures.erased_subjects()
     if not erased or not events.height:
         return events
-    ids = events[key].drop_nulls().unique().to_list()
+    ids = events[key].drop_nulls().unique()
     digests = lake.erasures.subject_digests(ids)  # each distinct key hashed once
-    hit = [k for i, k in enumerate(ids) if digests[32 * i:32 * i + 32].hex() in erased]
+    hit = [k for i, k in enumerate(ids.to_list()) if digests[32 * i:32 * i + 32].hex() in erased]
     return events.filter(~pl.col(key).is_in(hit)) if hit else events
 
 

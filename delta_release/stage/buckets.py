@@ -47,13 +47,14 @@ def bucket_of_hash(h: str, buckets: int) -> int:
     return int(h[-8:], 16) % buckets
 
 
-def digests(keys: list[str], hasher: Hasher) -> bytes:
+def digests(keys: list[str] | pl.Series, hasher: Hasher) -> bytes:
     """The 32-byte keyed hash of each key, concatenated in order. A hasher bound to an object with a bulk
-    `subject_digests` (the erasure ledger) hashes in one tight loop; any other is called per key."""
+    `subject_digests` (the erasure ledger) hashes all at once (a Polars column in Rust where it can); any
+    other is called per key."""
     bulk = getattr(getattr(hasher, "__self__", None), "subject_digests", None)
     if bulk is not None:
         return bytes(bulk(keys))
-    return b"".join(bytes.fromhex(hasher(k)) for k in keys)
+    return b"".join(bytes.fromhex(hasher(k)) for k in (keys.to_list() if isinstance(keys, pl.Series) else keys))
 
 
 def buckets_of_digests(raw: bytes, buckets: int) -> np.ndarray:
@@ -70,13 +71,13 @@ def bucket_of_keys(keys: Iterable[str], buckets: int, hasher: Hasher) -> list[in
 
 def keyed(keys: pl.Series, buckets: int, hasher: Hasher, *, distinct: bool = False) -> pl.DataFrame:
     """Distinct `keys` with their keyed hash (HASH_COLUMN, 32 bytes) and bucket (BUCKET_COLUMN): each key
-    hashed once, a chunk of Python strings at a time. `distinct`: the caller's keys are distinct already;
+    hashed once, a chunk at a time. `distinct`: the caller's keys are distinct already;
     the rows are then in their order."""
     if not distinct:
         keys = keys.unique()
     raw: list[bytes] = []
     for start in range(0, len(keys), HASH_CHUNK):
-        raw.append(digests(keys.slice(start, HASH_CHUNK).to_list(), hasher))
+        raw.append(digests(keys.slice(start, HASH_CHUNK), hasher))
     joined = b"".join(raw)
     hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), len(keys), [None, pa.py_buffer(joined)])
     return pl.DataFrame({keys.name: keys,
