@@ -9,12 +9,13 @@ opened at the writer's parent version with `CommitProperties(max_commit_retries=
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -22,8 +23,11 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
-from . import _delta_log
+from . import _delta_checkpoint, _delta_log
 from .errors import NotFoundError, StaleParentError
+
+if TYPE_CHECKING:
+    from .storage import Storage
 
 METADATA_KEY = "delta_release"
 
@@ -374,10 +378,31 @@ def _commit_entry(uri: str, options: dict[str, str], state: _delta_log.State, *,
     # (a backfill): every later open would otherwise parse that entry's JSON.
     if (version + 1) % interval == 0 or len(adds) + len(removes) >= CHECKPOINT_ACTIONS:
         try:
-            _snapshot(uri, options, version).create_checkpoint()  # (a handle is kept only if one was)
+            if not _own_checkpoint(storage, uri, options, version, now):
+                _snapshot(uri, options, version).create_checkpoint()  # (a handle is kept only if one was)
         except (DeltaError, OSError):
             pass  # the commit stands (its entry exists): a checkpoint only spares later opens some reading
     return version
+
+
+def _own_checkpoint(storage: Storage, uri: str, options: dict[str, str], version: int, now: int) -> bool:
+    """Write the checkpoint of `version` from the previous one and the entries since
+    (`_delta_checkpoint`), without delta-rs's snapshot of the whole table; False: it cannot (delta-rs then
+    writes it). The file is created create-only; `_last_checkpoint` then names it unless it names a newer one."""
+    built = _delta_checkpoint.build(_reader(uri, options), version, now_ms=now, open_file=storage.open_input)
+    if built is None:
+        return False
+    data, doc = built
+    try:
+        created = storage.write_once(_delta_checkpoint.checkpoint_path(version), data)
+    except Exception:  # noqa: BLE001 - any store error: delta-rs tries (the commit stands either way)
+        return False
+    if created:
+        current = _delta_log.last_checkpoint(_reader(uri, options))
+        if current is None or current < version:
+            with contextlib.suppress(Exception):  # the checkpoint exists; a listing reader still finds it
+                storage.write_bytes("_delta_log/_last_checkpoint", json.dumps(doc, separators=(",", ":")).encode())
+    return True
 
 
 def file_entries(uri: str, options: dict[str, str], version: int) -> list[FileEntry]:
