@@ -3,6 +3,7 @@ a pyarrow floor. Each run happens in its own process (peak memory is that proces
 copy of the base table; the copy, imports and loading the pre-decoded source are not timed.
 
     python -m benchmarks.bench_apply CONTENDER WORKDIR SOURCE.parquet BATCH.jsonl DAYS(comma-separated)
+    python -m benchmarks.bench_apply advance WORKDIR PARENT FIRST   (see `advance`)
 """
 
 from __future__ import annotations
@@ -274,10 +275,23 @@ def run_floor(work: Path, source: Path, batch: Path, days: list[int]) -> dict[st
     return {"seconds": seconds, "rss_before_mb": rss0, "detail": {"rows_rewritten": rows}}
 
 
+def run_ours_deltars_checkpoint(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    """`ours` with the checkpoint written by delta-rs, as before our own writer (`_delta._own_checkpoint`):
+    the comparison of a checkpoint commit."""
+    from delta_release import _delta
+
+    _delta._own_checkpoint = lambda *args: False
+    return run_ours(work, source, batch, days)
+
+
+# (not in CONTENDERS: run.py times these on a lake whose next commit writes a checkpoint)
+CHECKPOINT_CONTENDERS = ("ours", "ours_deltars_checkpoint")
+LABELS["ours_deltars_checkpoint"] = "ours, the checkpoint written by delta-rs (its snapshot of the whole table)"
+
 RUNNERS: dict[str, Callable[[Path, Path, Path, list[int]], dict[str, Any]]] = {
     "ours": run_ours, "deltalake_jsonl": run_deltalake_jsonl, "deltalake": run_deltalake,
     "polars": run_polars, "pyiceberg": run_pyiceberg,
-    "floor": run_floor,
+    "floor": run_floor, "ours_deltars_checkpoint": run_ours_deltars_checkpoint,
 }
 
 
@@ -313,7 +327,38 @@ def warm_imports() -> None:
     import pyarrow.parquet  # noqa: F401
 
 
+def advance(work: Path, parent: int, first: int) -> dict[str, Any]:
+    """Bring a copied lake's orders table to version `parent` by one-event commits on day 300, with
+    delta-rs's checkpoint at `first` if the table has none yet (where a table's first would come from):
+    the base of the checkpoint-commit comparison (run.py)."""
+    import json
+
+    from deltalake import DeltaTable
+
+    lake = open_lake_copy(work)
+    uri = lake.table("orders").uri
+    position = 9 * 10**12
+
+    def one_commit() -> None:
+        nonlocal position
+        position += 1
+        line = {"schema_version": 3, "order_id": f"advance-{position}", "position": position, "kind": "upsert",
+                "amount_cents": 1, "event_day": 300, "currency": "EUR"}
+        lake.ingest((json.dumps(line) + "\n").encode())
+
+    while (lake.latest_version("orders") or 0) < first:
+        one_commit()
+    if not (Path(uri) / "_delta_log" / "_last_checkpoint").exists():
+        DeltaTable(uri).create_checkpoint()
+    while (lake.latest_version("orders") or 0) < parent:
+        one_commit()
+    return {"version": lake.latest_version("orders")}
+
+
 def main(argv: list[str]) -> None:
+    if argv[0] == "advance":
+        emit(advance(Path(argv[1]), int(argv[2]), int(argv[3])))
+        return
     contender, work, source, batch, days = argv
     warm_imports()
     emit(RUNNERS[contender](Path(work), Path(source), Path(batch), [int(d) for d in days.split(",")]))

@@ -77,7 +77,38 @@ def apply_rows(sec: dict[str, Any]) -> list[Row]:
         table = " -> ".join(f"{n:,}" for n in sizes)
         target = ("must not grow with the table" + _verdict(growth <= 1.15)) if name == "ours" else ""
         rows.append(("apply memory", f"{name} peak RSS, table {table} rows", fig, f"x{growth:.2f}", target))
+    rows += checkpoint_rows(sec.get("checkpoint"))
     return rows
+
+
+def checkpoint_rows(ck: dict[str, Any] | None) -> list[Row]:
+    """The batch committed as a checkpoint version: our checkpoint writer against delta-rs's."""
+    from .bench_apply import LABELS
+
+    if not ck:
+        return []
+    if not ck.get("ok"):
+        failed = "failed: " + str(ck.get("error"))[:60]
+        return [("apply checkpoint", "the batch committed as a checkpoint version", failed, "", "")]
+    runs = ck["runs"]
+    out: list[Row] = []
+    for name in ("ours", "ours_deltars_checkpoint"):
+        r = runs.get(name, {})
+        label = (f"{'ours: our checkpoint writer' if name == 'ours' else LABELS[name]}; the batch into "
+                 f"{ck['rows']:,} rows committed as version {ck['version']} (a checkpoint)")
+        if not r.get("ok"):
+            out.append(("apply checkpoint", label, "failed: " + str(r.get("error"))[:60], "", ""))
+            continue
+        commit = (r.get("phases") or {}).get("commit")
+        fig = (f"{_fmt_s(r['seconds'])} (runs {', '.join(f'{x:.2f}' for x in r['runs'])}), of which commit "
+               f"{_fmt_s(commit) if commit is not None else '?'}; peak {r['maxrss_mb']:.0f} MiB")
+        ratio = ""
+        theirs = runs.get("ours_deltars_checkpoint", {})
+        if name == "ours" and theirs.get("ok"):
+            ratio = (f"time {r['seconds'] / theirs['seconds']:.2f}x, peak x{r['maxrss_mb'] / theirs['maxrss_mb']:.2f} "
+                     "of delta-rs's checkpoint")
+        out.append(("apply checkpoint", label, fig, ratio, ""))
+    return out
 
 
 def engines_rows(sec: dict[str, Any]) -> list[Row]:

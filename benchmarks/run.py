@@ -79,7 +79,45 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
                 done.append(_apply_run(ba, info, rows, contender, work_root, days, scale))
     for rows, contender, _ in plan:
         out["runs"].setdefault(str(rows), {})[contender] = _summarise(runs[(rows, contender)])
+    if "ours" not in skip:
+        out["checkpoint"] = _checkpoint_commit(ba, info, sizes[-1], work_root, days, scale)
     return out
+
+
+CHECKPOINT_PARENT = 98  # the batch's commit is version 99: where delta.checkpointInterval (100) puts one
+FIRST_CHECKPOINT = 49  # a table without one gets delta-rs's at this version first (as its first one would be)
+
+
+def _checkpoint_commit(ba: Any, info: dict[str, Any], rows: int, work_root: Path, days: list[int],
+                       scale: Scale) -> dict[str, Any]:
+    """The batch into the largest table at version 98, so that its commit (99) writes a checkpoint: our
+    checkpoint writer against delta-rs's (which loads its snapshot of the whole table), in rounds."""
+    base = data_dir(scale) / f"ours_{rows}_at{CHECKPOINT_PARENT}"
+    stamp = {"source": str(info["tables"][rows]["ours"]), "parent": CHECKPOINT_PARENT, "first": FIRST_CHECKPOINT}
+    if not (base / ".checkpoint.json").exists() or json.loads((base / ".checkpoint.json").read_text()) != stamp:
+        log(f"  building the {rows:,}-row table at version {CHECKPOINT_PARENT} (tiny commits on day 300)")
+        link_copy(info["tables"][rows]["ours"], base)
+        res = run_child("benchmarks.bench_apply", "advance", str(base), str(CHECKPOINT_PARENT), str(FIRST_CHECKPOINT),
+                        timeout=1800)
+        if not res.ok:
+            return {"ok": False, "error": res.error}
+        (base / ".checkpoint.json").write_text(json.dumps(stamp))
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in ba.CHECKPOINT_CONTENDERS}
+    for _ in range(scale.repeats):
+        for contender in ba.CHECKPOINT_CONTENDERS:
+            work = work_root / "checkpoint"
+            link_copy(base, work)
+            res = run_child("benchmarks.bench_apply", contender, str(work), str(info["source_parquet"]),
+                            str(info["batch_jsonl"]), ",".join(map(str, days)), timeout=1800)
+            run = {"ok": res.ok, "error": res.error, **res.data}
+            written = work / "orders" / "_delta_log" / f"{CHECKPOINT_PARENT + 1:020d}.checkpoint.parquet"
+            if res.ok and (run["detail"]["version"] != CHECKPOINT_PARENT + 1 or not written.exists()):
+                run = {"ok": False, "error": f"committed {run['detail']['version']}, checkpoint {written.exists()}"}
+            shown = f"{run['seconds']:.3f}s  peak {run['maxrss_mb']:.0f} MiB" if run["ok"] else f"FAILED {run['error']}"
+            log(f"  checkpoint commit {rows:>9,} rows  {contender:<24} {shown}")
+            runs[contender].append(run)
+    return {"ok": True, "rows": rows, "version": CHECKPOINT_PARENT + 1,
+            "runs": {c: _summarise(r) for c, r in runs.items()}}
 
 
 def _apply_run(ba: Any, info: dict[str, Any], rows: int, contender: str, work_root: Path, days: list[int],

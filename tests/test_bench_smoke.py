@@ -40,6 +40,10 @@ def _check_apply(results: dict[str, Any], text: str) -> None:
     # issue 14.6: each new section prints ours beside its alternative, with its target marked
     assert "deltalake merge from the same JSONL" in text
     assert "gate/floor" in text
+    # the batch committed as version 99, a checkpoint: our writer's and delta-rs's, both written
+    checkpoint = results["sections"]["apply"]["checkpoint"]
+    assert checkpoint["ok"] and all(r["ok"] for r in checkpoint["runs"].values()), checkpoint
+    assert "of delta-rs's checkpoint" in text
 
 
 @pytest.mark.slow  # a few child interpreters
