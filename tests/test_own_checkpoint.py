@@ -262,3 +262,32 @@ def test_a_spark_checkpoint_is_continued_in_its_own_schema(tmp_path: Path) -> No
     (ours / _delta_checkpoint.checkpoint_path(10)).unlink()
     assert DeltaTable(str(ours)).version() == 13
     assert pl.read_delta(str(ours)).sort("id").equals(pl.read_delta(str(golden)).sort("id"))
+
+
+def test_after_an_erasure_our_checkpoint_holds_no_trace_of_the_subject(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The erasure's commit is a checkpoint version (interval 4: 7): our checkpoint drops the removed files'
+    rows and holds no id, so after a vacuum no file outside the raw store names the subject."""
+    subject = "ord-erase-me-4711"
+    lake = dr.Lake.create(tmp_path / "lake", clock=FixedClock(NOW))
+    table = Path(lake.table("orders").uri)
+    DeltaTable(str(table)).alter.set_table_properties({"delta.checkpointInterval": "4"})  # version 1
+    lake.ingest(jsonl([up(subject, 1, day=40), up("a", 2, day=40)]))
+    lake.ingest(jsonl([up("b", 3, day=41)]))  # version 3: delta-rs's checkpoint (no previous one)
+
+    def refuse(self: DeltaTable) -> None:
+        raise OSError("delta-rs was asked to write a checkpoint")
+
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", refuse)
+    lake.ingest(jsonl([up(subject, 10, amount=5, day=42)]))  # 4: the subject moves to day 42
+    lake.ingest(jsonl([up("c", 11, day=40)]))  # 5
+    lake.ingest(jsonl([up("d", 12, day=43)]))  # 6
+    lake.erase(subject)  # 7
+    assert lake.latest_version("orders") == 7
+    ours = table / _delta_checkpoint.checkpoint_path(7)
+    assert pq.ParquetFile(ours).metadata.created_by.startswith("parquet-cpp-arrow")  # pyarrow: ours
+    lake.vacuum(apply=True, retain_versions=2, replay_horizon_hours=0)
+    root, needle = tmp_path / "lake", subject.encode()
+    held = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+    assert [p for p in held if not p.startswith("_raw/")] == []  # the raw batches stay (reported as pending)
+    assert ours.exists() and sorted(lake.read()["order_id"].to_list()) == ["a", "b", "c", "d"]
