@@ -389,19 +389,20 @@ def _own_checkpoint(storage: Storage, uri: str, options: dict[str, str], version
     """Write the checkpoint of `version` from the previous one and the entries since
     (`_delta_checkpoint`), without delta-rs's snapshot of the whole table; False: it cannot (delta-rs then
     writes it). The file is created create-only; `_last_checkpoint` then names it unless it names a newer one."""
-    built = _delta_checkpoint.build(_reader(uri, options), version, now_ms=now, open_file=storage.open_input)
+    read = _reader(uri, options)
+    built = _delta_checkpoint.build(read, version, now_ms=now, open_file=storage.open_input)
     if built is None:
         return False
     data, doc = built
     try:
-        created = storage.write_once(_delta_checkpoint.checkpoint_path(version), data)
+        created = storage.write_once(_delta_log.checkpoint_path(version), data)
     except Exception:  # noqa: BLE001 - any store error: delta-rs tries (the commit stands either way)
         return False
     if created:
-        current = _delta_log.last_checkpoint(_reader(uri, options))
+        current = _delta_log.last_checkpoint(read)  # (read again: another writer may have moved it meanwhile)
         if current is None or current < version:
             with contextlib.suppress(Exception):  # the checkpoint exists; a listing reader still finds it
-                storage.write_bytes("_delta_log/_last_checkpoint", json.dumps(doc, separators=(",", ":")).encode())
+                storage.write_bytes(_delta_log.LAST_CHECKPOINT, json.dumps(doc, separators=(",", ":")).encode())
     return True
 
 

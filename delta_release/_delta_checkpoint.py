@@ -12,7 +12,7 @@ at a time:
 Tombstones (remove rows) are kept until `delta.deletedFileRetentionDuration` (1 week by default) after
 their deletion, as delta-rs keeps them.
 
-`write` returns False, writing nothing, for anything it does not know. The caller then lets delta-rs
+`build` returns None, writing nothing, for anything it does not know. The caller then lets delta-rs
 write the checkpoint. That covers:
 - no previous classic single-file checkpoint;
 - a gap in the entries;
@@ -34,13 +34,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._delta_log import Read, last_checkpoint, log_path
+from ._delta_log import OTHER_ACTIONS, Read, checkpoint_path, field_names, last_checkpoint, log_path
 
 BATCH_ROWS = 8192
 MAX_ENTRIES = 256  # entries since the previous checkpoint (normally the interval, 100); beyond, delta-rs
 MAX_ENTRY_BYTES = 64 << 20  # their JSON: the final action of each path they touch is held in memory
 ACTIONS = ("add", "remove", "metaData", "protocol")
-UNSUPPORTED = ("txn", "domainMetadata", "sidecar", "checkpointMetadata", "cdc")
 # The add and remove fields this writer fills from a JSON action (absent ones null); a previous checkpoint
 # whose add or remove holds anything else (Spark's stats_parsed, partitionValues_parsed) is left to delta-rs
 FILE_FIELDS = frozenset({"path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags",
@@ -54,10 +53,6 @@ _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$")
 
 class _Unknown(Exception):
     """Something this writer does not know: delta-rs writes the checkpoint instead."""
-
-
-def checkpoint_path(version: int) -> str:
-    return f"_delta_log/{version:020d}.checkpoint.parquet"
 
 
 def build(read: Read, version: int, *, now_ms: int,
@@ -133,10 +128,10 @@ def _retention_ms(metadata: dict[str, Any]) -> int:
 
 def _write(f: pq.ParquetFile, since: _Since, version: int, now_ms: int) -> tuple[bytes, dict[str, Any]]:
     schema = f.schema_arrow
-    if not set(ACTIONS) <= set(schema.names) or not set(schema.names) <= {*ACTIONS, *UNSUPPORTED}:
+    if not set(ACTIONS) <= set(schema.names) or not set(schema.names) <= {*ACTIONS, *OTHER_ACTIONS}:
         raise _Unknown("checkpoint columns")
     for kind in ("add", "remove"):
-        if not set(_names(schema.field(kind).type)) <= FILE_FIELDS:
+        if not set(field_names(schema.field(kind).type)) <= FILE_FIELDS:
             raise _Unknown(f"{kind} fields")
     metadata = since.metadata or _first(f, "metaData")
     oldest = now_ms - _retention_ms(_plain(metadata))
@@ -147,11 +142,11 @@ def _write(f: pq.ParquetFile, since: _Since, version: int, now_ms: int) -> tuple
     with pq.ParquetWriter(sink, schema, compression="none" if codec.upper() == "UNCOMPRESSED" else codec.lower(),
                           write_statistics=False) as writer:
         for batch in f.iter_batches(batch_size=BATCH_ROWS, use_threads=False):
-            for other in UNSUPPORTED:
+            for other in OTHER_ACTIONS:
                 if other in schema.names and batch.column(other).null_count != len(batch):
                     raise _Unknown(other)
             add, remove = batch.column("add"), batch.column("remove")
-            if "deletionVector" in _names(add.type) and pc.any(pc.is_valid(add.field("deletionVector"))).as_py():
+            if "deletionVector" in field_names(add.type) and pc.any(pc.is_valid(add.field("deletionVector"))).as_py():
                 raise _Unknown("deletion vector")
             keep = pc.or_(
                 pc.and_kleene(add.is_valid(), pc.invert(pc.is_in(add.field("path"), value_set=touched))),
@@ -177,10 +172,6 @@ def _write(f: pq.ParquetFile, since: _Since, version: int, now_ms: int) -> tuple
             adds += sum(1 for r in new if "add" in r)
     data = sink.getvalue().to_pybytes()
     return data, {"version": version, "size": rows, "sizeInBytes": len(data), "numOfAddFiles": adds}
-
-
-def _names(dtype: Any) -> list[str]:
-    return [dtype.field(i).name for i in range(dtype.num_fields)]
 
 
 def _first(f: pq.ParquetFile, column: str) -> dict[str, Any]:
@@ -213,7 +204,7 @@ def _value(value: Any, dtype: Any) -> Any:
     if pa.types.is_struct(dtype):
         if not isinstance(value, dict):
             raise _Unknown("struct")
-        names = _names(dtype)
+        names = field_names(dtype)
         extra = set(value) - set(names)
         if extra:
             raise _Unknown(f"fields {sorted(extra)}")

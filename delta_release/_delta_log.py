@@ -175,14 +175,23 @@ class State:
 Read = Callable[[str], "bytes | None"]  # a log file's bytes by its path under the table root; None: absent
 
 
+LAST_CHECKPOINT = "_delta_log/_last_checkpoint"
+# Checkpoint columns whose content neither this reader nor the checkpoint writer (`_delta_checkpoint`) handles
+OTHER_ACTIONS = ("txn", "domainMetadata", "sidecar", "checkpointMetadata", "cdc")
+
+
 def log_path(version: int) -> str:
     return f"_delta_log/{version:020d}.json"
+
+
+def checkpoint_path(version: int) -> str:
+    return f"_delta_log/{version:020d}.checkpoint.parquet"
 
 
 def last_checkpoint(read: Read) -> int | None:
     """The version of the newest classic single-file checkpoint `_last_checkpoint` names, or None (no
     such file, unreadable, or a checkpoint of another kind)."""
-    raw = read("_delta_log/_last_checkpoint")
+    raw = read(LAST_CHECKPOINT)
     try:
         doc = json.loads(raw) if raw else None
     except ValueError:
@@ -203,7 +212,7 @@ def load(read: Read, version: int) -> State | None:
     protocol: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     if start is not None:
-        data = read(f"_delta_log/{start:020d}.checkpoint.parquet")
+        data = read(checkpoint_path(start))
         got = None if data is None else _checkpoint(data)
         if got is None:
             return None
@@ -282,12 +291,12 @@ def _checkpoint(data: bytes) -> tuple[dict[str, Any], dict[str, Any], pl.DataFra
         f = pq.ParquetFile(pa.BufferReader(data))
         schema = f.schema_arrow
         names = set(schema.names)
-        if not {"add", "protocol", "metaData"} <= names or "stats" not in _fields(schema.field("add").type):
+        if not {"add", "protocol", "metaData"} <= names or "stats" not in field_names(schema.field("add").type):
             return None
-        for other in ("txn", "domainMetadata", "sidecar", "checkpointMetadata", "cdc"):
-            if other in names and _any_valid(f, [other, _fields(schema.field(other).type)[0]]):
+        for other in OTHER_ACTIONS:
+            if other in names and _any_valid(f, [other, field_names(schema.field(other).type)[0]]):
                 return None
-        if "deletionVector" in _fields(schema.field("add").type) and _any_valid(f, ["add", "deletionVector"]):
+        if "deletionVector" in field_names(schema.field("add").type) and _any_valid(f, ["add", "deletionVector"]):
             return None
         head = f.read(columns=["protocol", "metaData"], use_threads=False)
         protocol = next(p for p in head.column("protocol").to_pylist() if p is not None)
@@ -310,7 +319,7 @@ def _checkpoint(data: bytes) -> tuple[dict[str, Any], dict[str, Any], pl.DataFra
     return protocol, meta, texts
 
 
-def _fields(dtype: Any) -> list[str]:
+def field_names(dtype: Any) -> list[str]:
     return [dtype.field(i).name for i in range(dtype.num_fields)]
 
 

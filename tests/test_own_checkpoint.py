@@ -71,10 +71,10 @@ def test_our_checkpoint_holds_what_delta_rs_writes(tmp_path: Path) -> None:
     built = _delta_checkpoint.build(_read(ours), version, now_ms=int(NOW.timestamp() * 1000))
     assert built is not None
     data, doc = built
-    (ours / _delta_checkpoint.checkpoint_path(version)).write_bytes(data)
+    (ours / _delta_log.checkpoint_path(version)).write_bytes(data)
     DeltaTable(str(theirs)).create_checkpoint()
-    mine = _actions(ours / _delta_checkpoint.checkpoint_path(version))
-    want = _actions(theirs / _delta_checkpoint.checkpoint_path(version))
+    mine = _actions(ours / _delta_log.checkpoint_path(version))
+    want = _actions(theirs / _delta_log.checkpoint_path(version))
     assert len(mine["add"]) > 20 and mine["add"] == want["add"]  # every field of every file
     assert mine["remove"].keys() == want["remove"].keys() and len(mine["remove"]) > 5
     assert mine["protocol"] == want["protocol"]
@@ -95,7 +95,7 @@ def _checkpoint_alone(tmp_path: Path) -> tuple[Path, Path, int]:
     assert json.loads((alone / "_delta_log" / "_last_checkpoint").read_text())["version"] == version
     for v in range(version + 1):  # the entries it replaces are gone: only the checkpoint can answer
         (alone / _delta_log.log_path(v)).unlink()
-    (alone / _delta_checkpoint.checkpoint_path(2)).unlink()
+    (alone / _delta_log.checkpoint_path(2)).unlink()
     return table, alone, version
 
 
@@ -121,7 +121,7 @@ def test_the_writer_checkpoints_without_delta_rs_when_a_previous_checkpoint_exis
     DeltaTable(str(table)).alter.set_table_properties({"delta.checkpointInterval": "4"})  # version 1
     lake.ingest(jsonl([up("a", 1, day=40)]))
     lake.ingest(jsonl([up("b", 2, day=41)]))  # version 3: delta-rs's checkpoint
-    assert (table / _delta_checkpoint.checkpoint_path(3)).exists()
+    assert (table / _delta_log.checkpoint_path(3)).exists()
     called: list[int] = []
 
     def refuse(self: DeltaTable) -> None:
@@ -131,7 +131,7 @@ def test_the_writer_checkpoints_without_delta_rs_when_a_previous_checkpoint_exis
     monkeypatch.setattr(DeltaTable, "create_checkpoint", refuse)
     for i, day in enumerate((40, 42, 43, 41)):  # versions 4..7
         lake.ingest(jsonl([up(f"c{i}", 10 + i, day=day), up("a", 20 + i, day=day)]))
-    assert called == [] and (table / _delta_checkpoint.checkpoint_path(7)).exists()
+    assert called == [] and (table / _delta_log.checkpoint_path(7)).exists()
     assert json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"] == 7
     _delta.forget_handles()
     rows = lake.read().sort("order_id")
@@ -226,11 +226,11 @@ def test_on_s3_the_checkpoint_is_ours_and_is_read_alone(s3server: Any, tmp_path:
     for i, day in enumerate((40, 42, 43, 41)):  # versions 4..7: ours at 7
         lake.ingest(jsonl([up(f"c{i}", 10 + i, day=day), up("a", 20 + i, day=day)]))
     storage = Storage(ctx.uri, ctx.storage_options)
-    assert storage.exists(_delta_checkpoint.checkpoint_path(7))
+    assert storage.exists(_delta_log.checkpoint_path(7))
     assert json.loads(storage.read_bytes("_delta_log/_last_checkpoint"))["version"] == 7
     for v in range(8):
         storage.delete(_delta_log.log_path(v))
-    storage.delete(_delta_checkpoint.checkpoint_path(3))
+    storage.delete(_delta_log.checkpoint_path(3))
     alone = DeltaTable(ctx.uri, storage_options=ctx.storage_options)
     assert alone.version() == 7
     rows = pl.DataFrame(alone.to_pyarrow_table()).sort("order_id")
@@ -253,13 +253,13 @@ def test_a_spark_checkpoint_is_continued_in_its_own_schema(tmp_path: Path) -> No
     assert _delta_log.last_checkpoint(_read(ours)) == 10
     assert _delta._own_checkpoint(Storage(str(ours)), str(ours), {}, 13, 1_900_000_000_000)
     DeltaTable(str(theirs)).create_checkpoint()
-    mine = _actions(ours / _delta_checkpoint.checkpoint_path(13))
-    assert _set(mine) == _set(_actions(theirs / _delta_checkpoint.checkpoint_path(13))) and len(mine["add"]) == 7
-    assert (pq.read_schema(ours / _delta_checkpoint.checkpoint_path(13))
-            == pq.read_schema(golden / _delta_checkpoint.checkpoint_path(10)))
+    mine = _actions(ours / _delta_log.checkpoint_path(13))
+    assert _set(mine) == _set(_actions(theirs / _delta_log.checkpoint_path(13))) and len(mine["add"]) == 7
+    assert (pq.read_schema(ours / _delta_log.checkpoint_path(13))
+            == pq.read_schema(golden / _delta_log.checkpoint_path(10)))
     for v in range(14):
         (ours / _delta_log.log_path(v)).unlink()
-    (ours / _delta_checkpoint.checkpoint_path(10)).unlink()
+    (ours / _delta_log.checkpoint_path(10)).unlink()
     assert DeltaTable(str(ours)).version() == 13
     assert pl.read_delta(str(ours)).sort("id").equals(pl.read_delta(str(golden)).sort("id"))
 
@@ -284,7 +284,7 @@ def test_after_an_erasure_our_checkpoint_holds_no_trace_of_the_subject(tmp_path:
     lake.ingest(jsonl([up("d", 12, day=43)]))  # 6
     lake.erase(subject)  # 7
     assert lake.latest_version("orders") == 7
-    ours = table / _delta_checkpoint.checkpoint_path(7)
+    ours = table / _delta_log.checkpoint_path(7)
     assert pq.ParquetFile(ours).metadata.created_by.startswith("parquet-cpp-arrow")  # pyarrow: ours
     lake.vacuum(apply=True, retain_versions=2, replay_horizon_hours=0)
     root, needle = tmp_path / "lake", subject.encode()
