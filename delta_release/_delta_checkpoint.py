@@ -70,7 +70,8 @@ def build(read: Read, version: int, *, now_ms: int,
                 return _write(pq.ParquetFile(handle), since, version, now_ms)
         data = read(checkpoint_path(start))
         return None if data is None else _write(pq.ParquetFile(pa.BufferReader(data)), since, version, now_ms)
-    except (_Unknown, pa.ArrowException, OSError, KeyError, TypeError, ValueError, AttributeError, IndexError):
+    except (_Unknown, pa.ArrowException, OSError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+            ArithmeticError):  # (an integer beyond int64 in an entry: OverflowError)
         return None
 
 

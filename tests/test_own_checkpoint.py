@@ -157,6 +157,15 @@ def test_what_it_does_not_know_is_left_to_delta_rs(tmp_path: Path) -> None:
     shutil.copytree(table, odd)
     DeltaTable(str(odd)).alter.set_table_properties({"delta.deletedFileRetentionDuration": "a fortnight"})
     assert _delta_checkpoint.build(_read(odd), 7, now_ms=now) is None
+    for name, junk in (("not-json", b"{not json\n"), ("not-utf8", b"\xff\xfe\n"),
+                       ("two-actions", b'{"add":{},"remove":{}}\n'), ("no-path", b'{"add":{"size":1}}\n'),
+                       ("beyond-int64", b'{"add":{"path":"x","partitionValues":{},"size":' + b"9" * 40
+                        + b',"modificationTime":1,"dataChange":true}}\n')):
+        hostile = tmp_path / name  # another writer's entry since the checkpoint holds these bytes
+        shutil.copytree(table, hostile)
+        entry = hostile / _delta_log.log_path(6)
+        entry.write_bytes(entry.read_bytes() + junk)
+        assert _delta_checkpoint.build(_read(hostile), 6, now_ms=now) is None, name
     assert _delta_checkpoint.build(_read(table), 6, now_ms=now) is not None
 
 
