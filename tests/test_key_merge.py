@@ -15,30 +15,20 @@ from hypothesis import strategies as st
 from s3server import S3Server, s3server  # noqa: F401 - the fixture
 
 from delta_release.index import keyfile
-from delta_release.index.keyfile import DAY, GONE, HASH, Run, Source, _decode, _encode, write_merged
-from delta_release.index.keys import _merge
+from delta_release.index.keyfile import (
+    DAY,
+    GONE,
+    HASH,
+    Run,
+    Source,
+    _decode,
+    _encode,
+    _fold,
+    _merge,
+    merge_in_memory,
+    write_merged,
+)
 from delta_release.storage import Storage
-
-
-def _fold(base: Run, change: Run) -> Run:
-    """The fold the index did in memory before (a search and one copy of the base): the model."""
-    h, day = base
-    ch, cd = change
-    if not len(ch):
-        return base
-    idx = np.searchsorted(h, ch)
-    inside = idx < len(h)
-    same = np.zeros(len(ch), dtype=bool)
-    same[inside] = h[idx[inside]] == ch[inside]
-    day = np.array(day, dtype=DAY)
-    day[idx[same]] = cd[same]
-    if not same.all():
-        h = np.insert(h, idx[~same], ch[~same])
-        day = np.insert(day, idx[~same], cd[~same])
-    if (cd == GONE).any():
-        alive = day != GONE
-        h, day = h[alive], day[alive]
-    return np.ascontiguousarray(h), np.ascontiguousarray(day)
 
 
 def _run(hashes: list[bytes], days: list[int]) -> Run:
@@ -81,6 +71,7 @@ def test_merges_equal_the_in_memory_merge_byte_for_byte(tmp_path_factory: pytest
         base = runs[-1]
         base = base[0][base[1] != GONE], base[1][base[1] != GONE]  # (a base holds no GONE entry)
         expected = _fold(base, _merge(runs[:-1], drop_gone=False))
+        assert merge_in_memory([*runs[:-1], base], "fold")[0].tolist() == expected[0].tolist()
         assert _merged(tmp_path, [*runs[:-1], base], "fold") == bytes(_encode(expected))
 
 
@@ -129,6 +120,7 @@ def test_an_erased_hash_leaves_the_merged_file(tmp_path: Path, monkeypatch: pyte
     subject = np.ascontiguousarray(h[100:101])
     keep = h != subject[0]
     expected = bytes(_encode((h[keep], run[1][keep])))
+    assert bytes(_encode(merge_in_memory([run], exclude=subject))) == expected
     for range_keys in (1 << 18, 64):
         monkeypatch.setattr(keyfile, "RANGE_KEYS", range_keys)
         assert _merged(tmp_path, [run], "keep", exclude=subject) == expected

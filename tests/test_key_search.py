@@ -13,6 +13,7 @@ from delta_release.index.keyfile import (
     DAY,
     FENCE_EVERY,
     HASH,
+    _argsort,
     _decode,
     _encode,
     _filter,
@@ -21,7 +22,7 @@ from delta_release.index.keyfile import (
     _prefix,
     _rest,
 )
-from delta_release.index.keys import _argsort, _find, _first_at_least
+from delta_release.index.keys import _find, _first_at_least
 
 _hash = st.tuples(st.sampled_from([b"\x00" * 8, b"\x01" * 8, b"\x7f" + b"\x00" * 7, b"\xff" * 8]),
                   st.binary(min_size=24, max_size=24)).map(lambda t: t[0] + t[1])

@@ -20,13 +20,13 @@ Storage: flat files under `<lake>/_index/<table>/<table id>/keys/` (local or S3)
 Every `.kx2` file is create-only (named by the versions it covers, so two writers that merge the same
 inputs write the same name and bytes; the loser's create fails) and holds the hashes in hash order, each
 with its int32 partition value (`NULL_DAY` for the null partition, `GONE` for an order that left the
-table at that step), behind a fence and a filter (keyfile.py has the layout). The fence, filter and prefixes are made of keyed hashes only: no order ids. A
-lookup takes the newest base at or below its version and the chain of files after it, newest first, and
-searches each for the keys' hashes (`_find`: a key the filter turns away is not in the file; else the
-fence, read whole, names a block of prefixes, and a record is read only where a prefix matches;
-memory-mapped on local disk, so a key touches one to three places of the file, released every
-LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files of the
-previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
+table at that step), behind a fence and a filter (keyfile.py has the layout). The fence, filter and prefixes
+are made of keyed hashes only: no order ids. A lookup takes the newest base at or below its version and the
+chain of files after it, newest first, and searches each for the keys' hashes (`_find`: a key the filter
+turns away is not in the file; else the fence, read whole, names a block of prefixes, and a record is read
+only where a prefix matches; memory-mapped on local disk, so a key touches one to three places of the file,
+released every LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files
+of the previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
 finds no base (`_upgrade`), then deleted.
 Writers compact in `record` (not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 *
 RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a merge is deleted
@@ -69,11 +69,13 @@ from .keyfile import (
     Keys,
     Run,
     Source,
+    _argsort,
     _decode,
     _decode_legacy,
     _empty,
     _encode,
     _filter_bits,
+    _merge,
     _prefix,
     _rest,
     hashed,
@@ -94,38 +96,6 @@ ABSENT = -3  # in lookups only: the index names no partition for the key
 # leave the resident set after it): at 50M hashes, 4 MiB for 35k absent keys in 1,024-key steps (the
 # previous layout: 42 MiB), 36 MiB when half of them are present (49 MiB).
 LOOKUP_CHUNK = 1024
-
-
-def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
-    """One run from `runs` given NEWEST FIRST: for a hash in several, the newest entry wins."""
-    runs = [r for r in runs if len(r[0])]
-    if not runs:
-        return _empty()
-    h = np.concatenate([r[0] for r in runs])
-    day = np.concatenate([r[1] for r in runs])
-    order = _argsort(h)  # equal hashes keep their newest-first order
-    h, day = h[order], day[order]
-    keep = np.ones(len(h), dtype=bool)
-    keep[1:] = h[1:] != h[:-1]
-    h, day = h[keep], day[keep]
-    if drop_gone:
-        alive = day != GONE
-        h, day = h[alive], day[alive]
-    return np.ascontiguousarray(h), np.ascontiguousarray(day)
-
-
-def _argsort(h: np.ndarray) -> np.ndarray:
-    """`np.argsort(h, kind="stable")`: by 8-byte prefixes as integers when they are all distinct (then they
-    decide the order; numpy sorts S32 items through a generic compare, several times slower), else (equal
-    hashes to merge, or a shared prefix) the full stable sort. Distinct prefixes have one order whatever
-    the sort, so the prefixes take numpy's default sort: on 35k of them 0.8 ms, its stable (radix) sort
-    of 64-bit integers 7 ms."""
-    p = _prefix(h)
-    order = np.argsort(p)
-    ranked = p[order]
-    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
-        return np.argsort(h, kind="stable")
-    return order
 
 
 def _from_runs(runs: list[Run]) -> Run:
