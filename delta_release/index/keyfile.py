@@ -243,8 +243,11 @@ def merge_in_memory(runs: list[Run], gone: Gone = "keep", exclude: np.ndarray | 
 # -- merging files ---------------------------------------------------------------------------------------
 # Entries (summed over the inputs) per range of the hash space a merge takes at a time. The hashes are
 # keyed, so uniform: the space is cut into equal ranges of about this many entries. A range costs ~110
-# bytes an entry while merged (its columns, their sort order and the output's records): ~30 MiB.
-RANGE_KEYS = 1 << 18
+# bytes an entry while merged (its columns, their sort order and the output's records): ~7 MiB. Smaller
+# ranges are faster too, as far as 32k: the fold of a 50M-key run (4 runs and a base, all in the page cache)
+# took 10.8 s at 262,144 entries (3.4 s of it in the kernel, mostly zeroing the fresh huge pages of each
+# range's arrays), 7.5-7.8 s at 65,536 (1.8 s), 7.4 s at 32,768, 8.2 s at 16,384.
+RANGE_KEYS = 1 << 16
 
 class Source(NamedTuple):
     keys: Keys
@@ -258,9 +261,18 @@ class _Range(NamedTuple):
     newer_gone: bool  # an entry taken from an input other than the last one is GONE
 
 
-def _words(rest: np.ndarray) -> np.ndarray:
-    """Each 24-byte rest as three uint64 words (compared as a row: numpy compares S24 items slowly)."""
-    return np.ascontiguousarray(rest).view(np.uint64).reshape(-1, 3)
+def _repeats(p: np.ndarray, r: np.ndarray, order: np.ndarray, *, whole: bool = False) -> np.ndarray | None:
+    """Where, in `order`, an entry repeats the hash before it: the positions i whose entry at i + 1 has
+    the same hash. Compared by prefix, then the rests of those few only. None when two hashes there share
+    a prefix but not their rest (`order` is by prefix alone, so a repeated hash may not be adjacent);
+    with `whole` (`order` by the whole hash), such pairs are simply not repeats."""
+    ps = p[order]
+    pairs = np.flatnonzero(ps[1:] == ps[:-1])
+    equal = r[order[pairs]] == r[order[pairs + 1]]
+    if not whole and not equal.all():
+        return None
+    repeats: np.ndarray = pairs[equal]
+    return repeats
 
 
 def _merge_range(sources: list[Keys], lo: np.ndarray, hi: np.ndarray, exclude: np.ndarray | None) -> _Range:
@@ -277,20 +289,19 @@ def _merge_range(sources: list[Keys], lo: np.ndarray, hi: np.ndarray, exclude: n
         p = np.concatenate([sources[i].prefix[lo[i]:hi[i]] for i in parts])
         r = np.concatenate([sources[i].rest[lo[i]:hi[i]] for i in parts])
         d = np.concatenate([sources[i].day[lo[i]:hi[i]] for i in parts])
-        src = np.repeat(np.array(parts), [int(hi[i] - lo[i]) for i in parts])
         order = np.argsort(p, kind="stable")  # equal hashes keep their newest-first order
-        w = _words(r)
-        ps, ws = p[order], w[order]
-        same_prefix = ps[1:] == ps[:-1]
-        if (same_prefix & (ws[1:] != ws[:-1]).any(axis=1)).any():  # hashes that share a prefix
-            order = np.lexsort((r, p))  # (stable too: by the whole hash, ties newest first)
-            ps, ws = p[order], w[order]
-            same_prefix = ps[1:] == ps[:-1]
+        same = _repeats(p, r, order)
+        if same is None:  # hashes that share a prefix: order by the whole hash (stable too: ties newest first)
+            order = np.lexsort((r, p))
+            same = _repeats(p, r, order, whole=True)
+            assert same is not None
         first = np.ones(len(order), dtype=bool)
-        first[1:] = ~(same_prefix & (ws[1:] == ws[:-1]).all(axis=1))
+        first[same + 1] = False  # a repeated hash: only its first (newest) entry
         take = order[first]
-        p, r, d, src = p[take], r[take], d[take], src[take]
-        newer_gone = bool(((d == GONE) & (src != last)).any())
+        p, r, d = p[take], r[take], d[take]
+        # (the last input's entries are the last of the concatenation, when it has any here)
+        older = len(order) - int(hi[last] - lo[last]) if parts[-1] == last else len(order)
+        newer_gone = bool(((d == GONE) & (take < older)).any())
     if exclude is not None and len(p):
         keep = np.ones(len(p), dtype=bool)
         for prefix, rest in zip(_prefix(exclude).tolist(), _rest(exclude), strict=True):

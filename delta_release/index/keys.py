@@ -35,21 +35,23 @@ one file; a base is rewritten once every DELTAS_PER_RUN * RUNS_PER_LEVEL**2 comm
 one cost whose time grows with the table; not its memory: merges pass over their inputs a range of the
 hash space at a time, keyfile.py `write_merged`; at 50M orders 9-15 s and no more memory than an ingest).
 
-A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer
-crashed after its commit, or another path committed) are rebuilt from those commits' evidence (the files
-each added, key column only) into one level-0 file per gap, then W moves to P. A missing index (no
-complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one
-scan of the key and partition columns). Entries may be stale (an order that left a partition): the
-caller reads that partition and does not find it; an order the index does not name is nowhere in the
-table. An erasure removes its subject: every index file holding its hash is rewritten without it (the
-fence and filter recomputed from the remaining hashes: the subject's bits leave the filter), by the same
-merge, so a base costs a pass, not a copy in memory.
+A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer crashed
+after its commit, or another path committed) are rebuilt from those commits' evidence (the files each
+added, key column only) into one level-0 file per gap, then W moves to P. A missing index (no
+complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one scan
+of the key and partition columns, hashed and sorted in pieces, then merged). Entries may be stale (an
+order that left a partition): the caller reads that partition and does not find it; an order the index
+does not name is nowhere in the table. An erasure removes its subject: every index file holding its hash
+is rewritten without it (the fence and filter recomputed from the remaining hashes: the subject's bits
+leave the filter), by the same merge, so a base costs a pass, not a copy in memory.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
@@ -92,6 +94,7 @@ DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
 ABSENT = -3  # in lookups only: the index names no partition for the key
+REBUILD_KEYS = 1 << 21  # keys a rebuild from the table hashes and sorts at a time (a piece: ~75 MB in the file)
 # Keys searched per step: the resident pages of a lookup are bounded by this, not the base (each step's pages
 # leave the resident set after it): at 50M hashes, 4 MiB for 35k absent keys in 1,024-key steps (the
 # previous layout: 42 MiB), 36 MiB when half of them are present (49 MiB).
@@ -312,13 +315,45 @@ class KeyIndex:
 
     def rebuild(self, version: int) -> None:
         """The whole index from the table at `version` (a missing index). Deletes no file of this layout:
-        writers may be rebuilding at the same time; a base hides every file up to its version."""
-        runs: list[Run] = []
-        if version > 0:
-            runs = self._locations_of_files([e.path for e in _delta.file_entries(self.uri, self.options, version)])
-        self._write(BASE, 0, version, _merge([_from_runs(runs)], drop_gone=True))
+        writers may be rebuilding at the same time; a base hides every file up to its version. The keys
+        are hashed and sorted REBUILD_KEYS at a time into pieces (temp files on local disk), which one
+        merge makes the base: memory does not grow with the table."""
+        paths = [e.path for e in _delta.file_entries(self.uri, self.options, version)] if version > 0 else []
+        pieces: list[Source] = []
+        temps: list[str] = []
+        try:
+            runs: list[Run] = []
+            held = 0
+            for path in paths:
+                runs += self._locations_of_files([path])
+                held += len(runs[-1][0])
+                if held >= REBUILD_KEYS:
+                    pieces.append(self._piece(_from_runs(runs), temps))
+                    runs, held = [], 0
+            if runs or not pieces:
+                pieces.append(self._piece(_from_runs(runs), temps))
+            # newest first: a key in two pieces (a table with a repeated key) takes the later file's row
+            write_merged(self.index, tiers.name(FOLDER, EXT, BASE, 0, version), pieces[::-1], gone="drop")
+        finally:
+            for temp in temps:
+                with suppress(FileNotFoundError):
+                    os.unlink(temp)
         self._set_watermark(version)
         self._drop_legacy()
+
+    def _piece(self, run: Run, temps: list[str]) -> Source:
+        """A sorted run as a merge input: on local disk written to a temp file (named in `temps`) and
+        memory-mapped, so a rebuild holds one piece at a time; elsewhere its bytes."""
+        data = _encode(run)
+        if not self.index.is_local:
+            return Source(_decode(data, "rebuild piece"), None)
+        path = self.index.temp_path()
+        temps.append(path)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        with open(path, "rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        return Source(_decode(mapped, path), mapped)
 
     def _legacy(self) -> list[str]:
         """Files of a previous layout: per shard (`keys/<shard>/...`, `keys/v/...`; ignored, deleted once
