@@ -33,7 +33,7 @@ RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a m
 GRACE_VERSIONS versions later (a reader that still hits a deleted file lists again). One commit writes
 one file; a base is rewritten once every DELTAS_PER_RUN * RUNS_PER_LEVEL**2 commits (amortised, and the
 one cost whose time grows with the table; not its memory: merges pass over their inputs a range of the
-hash space at a time, keyfile.py `write_merged`; at 50M orders 9-15 s and no more memory than an ingest).
+hash space at a time, keyfile.py `write_merged`; the fold at 50M orders: 8-13 s, no more memory than an ingest).
 
 A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer crashed
 after its commit, or another path committed) are rebuilt from those commits' evidence (the files each
