@@ -284,14 +284,36 @@ def run_ours_deltars_checkpoint(work: Path, source: Path, batch: Path, days: lis
     return run_ours(work, source, batch, days)
 
 
-# (not in CONTENDERS: run.py times these on a lake whose next commit writes a checkpoint)
+def run_ours_inmemory_index_merge(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    """Lake.ingest with the key index's merges done in memory (every input copied whole, then merged or
+    folded: keyfile.merge_in_memory, the same bytes): the comparison of the commit that folds the index."""
+    import delta_release.index.keys as keys
+    from delta_release.index import keyfile
+
+    def in_memory(storage: Any, rel: str, sources: list[Any], *, gone: Any = "keep", exclude: Any = None,
+                  replace: bool = False) -> bool:
+        data = keyfile._encode(keyfile.merge_in_memory([s.keys.run() for s in sources], gone, exclude))
+        if replace:
+            storage.write_bytes(rel, data)
+            return True
+        return bool(storage.write_once(rel, data))
+
+    setattr(keys, "write_merged", in_memory)  # noqa: B010 - (a module attribute keys.py imported by name)
+    return run_ours(work, source, batch, days)
+
+
+# (not in CONTENDERS: run.py times these on a lake whose next commit writes a checkpoint, or folds the key
+# index into a new base)
 CHECKPOINT_CONTENDERS = ("ours", "ours_deltars_checkpoint")
 LABELS["ours_deltars_checkpoint"] = "ours, the checkpoint written by delta-rs (its snapshot of the whole table)"
+FOLD_CONTENDERS = ("ours", "ours_inmemory_index_merge")
+LABELS["ours_inmemory_index_merge"] = "ours, the key index merged in memory (every input copied whole)"
 
 RUNNERS: dict[str, Callable[[Path, Path, Path, list[int]], dict[str, Any]]] = {
     "ours": run_ours, "deltalake_jsonl": run_deltalake_jsonl, "deltalake": run_deltalake,
     "polars": run_polars, "pyiceberg": run_pyiceberg,
     "floor": run_floor, "ours_deltars_checkpoint": run_ours_deltars_checkpoint,
+    "ours_inmemory_index_merge": run_ours_inmemory_index_merge,
 }
 
 

@@ -78,37 +78,57 @@ def apply_rows(sec: dict[str, Any]) -> list[Row]:
         target = ("must not grow with the table" + _verdict(growth <= 1.15)) if name == "ours" else ""
         rows.append(("apply memory", f"{name} peak RSS, table {table} rows", fig, f"x{growth:.2f}", target))
     rows += checkpoint_rows(sec.get("checkpoint"))
+    rows += index_fold_rows(sec.get("index_fold"), sec["runs"])
     return rows
+
+
+def _commit_pair_rows(section: str, sec: dict[str, Any] | None, contenders: tuple[str, str], ours_label: str,
+                      what: str, phase: tuple[str, str], versus: str, plain: dict[str, Any] | None = None) -> list[Row]:
+    """Two contenders' rows for the batch committed at a chosen version (`what` that commit does): time,
+    the named phase and peak of each, ours's ratios to the other (and its peak beside `plain`, the batch's
+    ingest without that work)."""
+    from .bench_apply import LABELS
+
+    if not sec:
+        return []
+    if not sec.get("ok"):
+        return [(section, f"the batch committed as {what}", "failed: " + str(sec.get("error"))[:60], "", "")]
+    runs = sec["runs"]
+    out: list[Row] = []
+    for name in contenders:
+        r = runs.get(name, {})
+        label = (f"{ours_label if name == 'ours' else LABELS[name]}; the batch into {sec['rows']:,} rows committed "
+                 f"as version {sec['version']} ({what})")
+        if not r.get("ok"):
+            out.append((section, label, "failed: " + str(r.get("error"))[:60], "", ""))
+            continue
+        took = (r.get("phases") or {}).get(phase[0])
+        fig = (f"{_fmt_s(r['seconds'])} (runs {', '.join(f'{x:.2f}' for x in r['runs'])}), of which {phase[1]} "
+               f"{_fmt_s(took) if took is not None else '?'}; peak {r['maxrss_mb']:.0f} MiB")
+        ratio = ""
+        theirs = runs.get(contenders[1], {})
+        if name == "ours" and theirs.get("ok"):
+            ratio = (f"time {r['seconds'] / theirs['seconds']:.2f}x, peak x{r['maxrss_mb'] / theirs['maxrss_mb']:.2f} "
+                     f"of {versus}")
+            if plain and plain.get("ok"):
+                ratio += f"; peak x{r['maxrss_mb'] / plain['maxrss_mb']:.2f} of the ingest without it"
+        out.append((section, label, fig, ratio, ""))
+    return out
 
 
 def checkpoint_rows(ck: dict[str, Any] | None) -> list[Row]:
     """The batch committed as a checkpoint version: our checkpoint writer against delta-rs's."""
-    from .bench_apply import LABELS
+    return _commit_pair_rows("apply checkpoint", ck, ("ours", "ours_deltars_checkpoint"), "ours: our checkpoint writer",
+                             "a checkpoint", ("commit", "commit"), "delta-rs's checkpoint")
 
-    if not ck:
-        return []
-    if not ck.get("ok"):
-        failed = "failed: " + str(ck.get("error"))[:60]
-        return [("apply checkpoint", "the batch committed as a checkpoint version", failed, "", "")]
-    runs = ck["runs"]
-    out: list[Row] = []
-    for name in ("ours", "ours_deltars_checkpoint"):
-        r = runs.get(name, {})
-        label = (f"{'ours: our checkpoint writer' if name == 'ours' else LABELS[name]}; the batch into "
-                 f"{ck['rows']:,} rows committed as version {ck['version']} (a checkpoint)")
-        if not r.get("ok"):
-            out.append(("apply checkpoint", label, "failed: " + str(r.get("error"))[:60], "", ""))
-            continue
-        commit = (r.get("phases") or {}).get("commit")
-        fig = (f"{_fmt_s(r['seconds'])} (runs {', '.join(f'{x:.2f}' for x in r['runs'])}), of which commit "
-               f"{_fmt_s(commit) if commit is not None else '?'}; peak {r['maxrss_mb']:.0f} MiB")
-        ratio = ""
-        theirs = runs.get("ours_deltars_checkpoint", {})
-        if name == "ours" and theirs.get("ok"):
-            ratio = (f"time {r['seconds'] / theirs['seconds']:.2f}x, peak x{r['maxrss_mb'] / theirs['maxrss_mb']:.2f} "
-                     "of delta-rs's checkpoint")
-        out.append(("apply checkpoint", label, fig, ratio, ""))
-    return out
+
+def index_fold_rows(fold: dict[str, Any] | None, apply_runs: dict[str, Any]) -> list[Row]:
+    """The batch committed where the key index folds into a new base: our merge (a range at a time)
+    against the in-memory merge, and its peak beside the same batch's ingest without a merge."""
+    plain = apply_runs.get(str(fold["rows"]), {}).get("ours") if fold and fold.get("ok") else None
+    return _commit_pair_rows("apply index fold", fold, ("ours", "ours_inmemory_index_merge"),
+                             "ours: the merge a range of the hash space at a time", "the index folds every key",
+                             ("index record (batch + key index)", "index record"), "the in-memory merge", plain)
 
 
 def engines_rows(sec: dict[str, Any]) -> list[Row]:

@@ -81,43 +81,79 @@ def bench_apply(scale: Scale, skip: set[str]) -> dict[str, Any]:
         out["runs"].setdefault(str(rows), {})[contender] = _summarise(runs[(rows, contender)])
     if "ours" not in skip:
         out["checkpoint"] = _checkpoint_commit(ba, info, sizes[-1], work_root, days, scale)
+        out["index_fold"] = _index_fold(ba, info, sizes[-1], work_root, days, scale)
     return out
 
 
 CHECKPOINT_PARENT = 98  # the batch's commit is version 99: where delta.checkpointInterval (100) puts one
 FIRST_CHECKPOINT = 49  # a table without one gets delta-rs's at this version first (as its first one would be)
+# the batch's commit is version 256: its key index record folds the level-2 runs into a new base (the merge
+# of every key; keys.py: DELTAS_PER_RUN * RUNS_PER_LEVEL ** 2 versions)
+FOLD_PARENT = 255
+
+
+def _advanced(info: dict[str, Any], rows: int, parent: int, scale: Scale, source: Path) -> Path | str:
+    """The table of `rows` rows brought to version `parent` by tiny commits on day 300 from the copy
+    `source` (built once and stamped), or the error that stopped the build."""
+    base = data_dir(scale) / f"ours_{rows}_at{parent}"
+    stamp = {"source": str(source), "parent": parent, "first": FIRST_CHECKPOINT}
+    if not (base / ".checkpoint.json").exists() or json.loads((base / ".checkpoint.json").read_text()) != stamp:
+        log(f"  building the {rows:,}-row table at version {parent} (tiny commits on day 300)")
+        link_copy(source, base)
+        res = run_child("benchmarks.bench_apply", "advance", str(base), str(parent), str(FIRST_CHECKPOINT),
+                        timeout=3600)
+        if not res.ok:
+            return str(res.error)
+        (base / ".checkpoint.json").write_text(json.dumps(stamp))
+    return base
+
+
+def _commit_rounds(ba: Any, info: dict[str, Any], base: Path, contenders: tuple[str, ...], work_root: Path,
+                   days: list[int], scale: Scale, what: str, done: Callable[[Path], bool]) -> dict[str, Any]:
+    """The batch into copies of `base`, each contender once a round; a run counts when `done(copy)`."""
+    version = json.loads((base / ".checkpoint.json").read_text())["parent"] + 1
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
+    for _ in range(scale.repeats):
+        for contender in contenders:
+            work = work_root / what.replace(" ", "_")
+            link_copy(base, work)
+            res = run_child("benchmarks.bench_apply", contender, str(work), str(info["source_parquet"]),
+                            str(info["batch_jsonl"]), ",".join(map(str, days)), timeout=1800)
+            run = {"ok": res.ok, "error": res.error, **res.data}
+            if res.ok and (run["detail"]["version"] != version or not done(work)):
+                run = {"ok": False, "error": f"committed {run['detail']['version']}, not the {what} of {version}"}
+            shown = f"{run['seconds']:.3f}s  peak {run['maxrss_mb']:.0f} MiB" if run["ok"] else f"FAILED {run['error']}"
+            log(f"  {what} {contender:<26} {shown}")
+            runs[contender].append(run)
+    return {"ok": True, "version": version, "runs": {c: _summarise(r) for c, r in runs.items()}}
 
 
 def _checkpoint_commit(ba: Any, info: dict[str, Any], rows: int, work_root: Path, days: list[int],
                        scale: Scale) -> dict[str, Any]:
     """The batch into the largest table at version 98, so that its commit (99) writes a checkpoint: our
     checkpoint writer against delta-rs's (which loads its snapshot of the whole table), in rounds."""
-    base = data_dir(scale) / f"ours_{rows}_at{CHECKPOINT_PARENT}"
-    stamp = {"source": str(info["tables"][rows]["ours"]), "parent": CHECKPOINT_PARENT, "first": FIRST_CHECKPOINT}
-    if not (base / ".checkpoint.json").exists() or json.loads((base / ".checkpoint.json").read_text()) != stamp:
-        log(f"  building the {rows:,}-row table at version {CHECKPOINT_PARENT} (tiny commits on day 300)")
-        link_copy(info["tables"][rows]["ours"], base)
-        res = run_child("benchmarks.bench_apply", "advance", str(base), str(CHECKPOINT_PARENT), str(FIRST_CHECKPOINT),
-                        timeout=1800)
-        if not res.ok:
-            return {"ok": False, "error": res.error}
-        (base / ".checkpoint.json").write_text(json.dumps(stamp))
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in ba.CHECKPOINT_CONTENDERS}
-    for _ in range(scale.repeats):
-        for contender in ba.CHECKPOINT_CONTENDERS:
-            work = work_root / "checkpoint"
-            link_copy(base, work)
-            res = run_child("benchmarks.bench_apply", contender, str(work), str(info["source_parquet"]),
-                            str(info["batch_jsonl"]), ",".join(map(str, days)), timeout=1800)
-            run = {"ok": res.ok, "error": res.error, **res.data}
-            written = work / "orders" / "_delta_log" / f"{CHECKPOINT_PARENT + 1:020d}.checkpoint.parquet"
-            if res.ok and (run["detail"]["version"] != CHECKPOINT_PARENT + 1 or not written.exists()):
-                run = {"ok": False, "error": f"committed {run['detail']['version']}, checkpoint {written.exists()}"}
-            shown = f"{run['seconds']:.3f}s  peak {run['maxrss_mb']:.0f} MiB" if run["ok"] else f"FAILED {run['error']}"
-            log(f"  checkpoint commit {rows:>9,} rows  {contender:<24} {shown}")
-            runs[contender].append(run)
-    return {"ok": True, "rows": rows, "version": CHECKPOINT_PARENT + 1,
-            "runs": {c: _summarise(r) for c, r in runs.items()}}
+    base = _advanced(info, rows, CHECKPOINT_PARENT, scale, info["tables"][rows]["ours"])
+    if isinstance(base, str):
+        return {"ok": False, "error": base}
+    written = f"{CHECKPOINT_PARENT + 1:020d}.checkpoint.parquet"
+    out = _commit_rounds(ba, info, base, ba.CHECKPOINT_CONTENDERS, work_root, days, scale, "checkpoint commit",
+                         lambda work: (work / "orders" / "_delta_log" / written).exists())
+    return {**out, "rows": rows}
+
+
+def _index_fold(ba: Any, info: dict[str, Any], rows: int, work_root: Path, days: list[int],
+                scale: Scale) -> dict[str, Any]:
+    """The batch into the largest table at version 255, so that its commit (256) folds the key index
+    into a new base (every key): our merge, a range of the hash space at a time, against the same merge
+    with every input in memory, in rounds."""
+    start = _advanced(info, rows, CHECKPOINT_PARENT, scale, info["tables"][rows]["ours"])
+    base = start if isinstance(start, str) else _advanced(info, rows, FOLD_PARENT, scale, start)
+    if isinstance(base, str):
+        return {"ok": False, "error": base}
+    name = f"b-{FOLD_PARENT + 1:012d}.kx2"
+    out = _commit_rounds(ba, info, base, ba.FOLD_CONTENDERS, work_root, days, scale, "index fold",
+                         lambda work: any(work.glob(f"_index/orders/*/keys/{name}")))
+    return {**out, "rows": rows}
 
 
 def _apply_run(ba: Any, info: dict[str, Any], rows: int, contender: str, work_root: Path, days: list[int],

@@ -18,17 +18,18 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import io
 import os
 import re
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -63,6 +64,10 @@ TEMP_DIR = "_tmp"  # under every storage root (Delta readers and delta-rs ignore
 TEMP_GRACE_SECONDS = 3600.0
 HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _TEMP_NAME = re.compile(r"\.tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-)?[0-9a-f]{32}")
+# What a write stores: bytes, or a function that writes them through a seekable binary file (a large file
+# made a piece at a time, e.g. a key index merge: never whole in memory on local disk; on S3 it is
+# collected into one buffer, as a single PUT needs). The function may be called again (a retried write).
+Body = bytes | bytearray | Callable[[BinaryIO], None]
 _SKIP_DIRS = frozenset({"_delta_log", "_catalog"})
 # a root's temp folder -> the folders below that root that sit on another filesystem, deepest first
 _OTHER_FS: dict[str, tuple[str, ...]] = {}
@@ -163,6 +168,15 @@ def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
     )
 
 
+def _collect(data: Body) -> bytes | bytearray:
+    """The bytes of `data` (a writing function's, collected in memory)."""
+    if not callable(data):
+        return data
+    buffer = io.BytesIO()
+    data(buffer)
+    return buffer.getvalue()
+
+
 class Storage:
     """A root URI plus the filesystem that serves it. Paths given to methods are relative to the root."""
 
@@ -260,7 +274,7 @@ class Storage:
         _OTHER_FS[self._temp_dir] = tuple(sorted(known, key=len, reverse=True))
         return True
 
-    def _write_temp(self, parent: str, data: bytes | bytearray, mode: int | None = None, *,
+    def _write_temp(self, parent: str, data: Body, mode: int | None = None, *,
                     durable: bool = True) -> str:
         """Write `data` durably (fsync; not with durable=False) under a fresh temporary name in the temp
         folder (local disk) on `parent`'s filesystem; returns that path. `parent` is the final name's
@@ -269,14 +283,17 @@ class Storage:
         tmp = self.temp_path(parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if callable(data):
+                data(handle)
+            else:
+                handle.write(data)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
         crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
-    def _move_in(self, parent: str, full: str, data: bytes | bytearray, mode: int | None = None, *,
+    def _move_in(self, parent: str, full: str, data: Body, mode: int | None = None, *,
                  durable: bool = True, link: bool = False, retry: bool = True) -> bool:
         """Write `data` to a temp file, then rename it onto `full` (replacing it), or with `link` hard-link
         it there (create-only: False when `full` exists). The temp file is gone either way. On EXDEV the
@@ -303,7 +320,7 @@ class Storage:
                 with suppress(FileNotFoundError):
                     os.unlink(tmp)
 
-    def write_bytes(self, rel: str, data: bytes | bytearray, *, durable: bool = True) -> None:
+    def write_bytes(self, rel: str, data: Body, *, durable: bool = True) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
         first unless durable=False: for a file whose loss or emptiness after a power cut is harmless)."""
         full = self._full(rel)
@@ -313,7 +330,7 @@ class Storage:
             self._move_in(parent, full, data, durable=durable)
         else:
             with self.fs.open_output_stream(full) as out:
-                out.write(data)
+                out.write(_collect(data))
 
     def put(self, rel: str, data: bytes) -> None:
         """Replace `rel` unconditionally; on S3 one single-part PUT (so its ETag is the MD5 of `data`,
@@ -325,7 +342,7 @@ class Storage:
 
         obstore.put(self._obstore(), rel.strip("/"), data, mode="overwrite")
 
-    def write_once(self, rel: str, data: bytes | bytearray, *, mode: int | None = None) -> bool:
+    def write_once(self, rel: str, data: Body, *, mode: int | None = None) -> bool:
         """Create `rel` with `data` unless it exists. Returns True when this call created it.
 
         Atomic on both stores: on local disk the final name is taken with a hard link, which fails if the
@@ -342,7 +359,7 @@ class Storage:
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         try:
-            obstore.put(self._obstore(), rel.strip("/"), data, mode="create")
+            obstore.put(self._obstore(), rel.strip("/"), _collect(data), mode="create")
             return True
         except (AlreadyExistsError, PreconditionError):
             # (A PUT retried after a lost response lands here too: callers that must tell "ours" from

@@ -44,6 +44,10 @@ def _check_apply(results: dict[str, Any], text: str) -> None:
     checkpoint = results["sections"]["apply"]["checkpoint"]
     assert checkpoint["ok"] and all(r["ok"] for r in checkpoint["runs"].values()), checkpoint
     assert "of delta-rs's checkpoint" in text
+    # the batch committed as version 256, where the key index folds into a new base: both merges ran
+    fold = results["sections"]["apply"]["index_fold"]
+    assert fold["ok"] and fold["version"] == 256 and all(r["ok"] for r in fold["runs"].values()), fold
+    assert "of the in-memory merge" in text
 
 
 @pytest.mark.slow  # a few child interpreters

@@ -86,6 +86,36 @@ def test_a_missing_index_is_rebuilt_from_the_table(tmp_path: Path) -> None:
     assert lake.ingest(jsonl(batches[0])).duplicate
 
 
+def test_a_rebuild_in_pieces_writes_the_base_a_whole_rebuild_writes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild hashes and sorts the table's keys a few at a time into pieces (temp files), then merges
+    them: the base is the same bytes as with one piece for the whole table, and no piece is left behind."""
+    from delta_release.index import keys as kx
+
+    lake = dr.Lake.create(tmp_path / "lake")
+    for b in stream(4, n_batches=5, per_batch=30):
+        lake.ingest(jsonl(b))
+    version = lake.latest_version("orders") or 0
+    bases, made = {}, []
+    piece_of = kx.KeyIndex._piece
+
+    def piece(self: kx.KeyIndex, run: Any, temps: list[str]) -> Any:
+        made.append(len(run[0]))
+        return piece_of(self, run, temps)
+
+    monkeypatch.setattr(kx.KeyIndex, "_piece", piece)
+    for size in (1 << 21, 3, 1):
+        shutil.rmtree(index_dir(lake))
+        monkeypatch.setattr(kx, "REBUILD_KEYS", size)
+        made.clear()
+        key_index(lake).rebuild(version)
+        bases[size] = (index_dir(lake) / "keys" / f"b-{version:012d}.kx2").read_bytes()
+        assert len(made) == 1 if size > 100 else len(made) >= 4  # (pieces of a file or two each)
+        assert not list((tmp_path / "lake").rglob(".tmp-*"))  # every piece's temp file is gone
+    assert bases[3] == bases[1] == bases[1 << 21]
+    assert located(lake) == {r["order_id"]: r["event_day"] for r in lake.read().to_dicts()}
+
+
 def test_a_stale_index_is_caught_up_from_the_commits_it_missed(tmp_path: Path) -> None:
     lake = dr.Lake.create(tmp_path / "lake")
     lake.ingest(jsonl([up("a", 1, day=1), up("b", 2, day=2)]))

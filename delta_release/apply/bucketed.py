@@ -25,7 +25,8 @@ import pyarrow.dataset as ds
 
 from .. import _delta, index
 from ..context import TableContext
-from ..index.keys import ABSENT, DAY, NULL_DAY
+from ..index.keyfile import DAY, NULL_DAY
+from ..index.keys import ABSENT
 from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
 from ..views import partition_filter
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, fold_joined, prior_columns, read_rows_from

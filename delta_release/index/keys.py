@@ -18,41 +18,41 @@ Storage: flat files under `<lake>/_index/<table>/<table id>/keys/` (local or S3)
     complete.json   {"version": W}: every commit up to W is in some file above (atomic replace)
 
 Every `.kx2` file is create-only (named by the versions it covers, so two writers that merge the same
-inputs write the same name and bytes; the loser's create fails) and holds `MAGIC`, a count n, the fence
-(every FENCE_EVERY-th prefix below), the filter (FILTER_BITS bits per hash in one word per FILTER_KEYS
-hashes), the n hashes' 8-byte prefixes, then n records of the hash's other 24 bytes and its int32
-partition value (`NULL_DAY` for the null partition, `GONE` for an order that left the table at that
-step), all in hash order. The fence, filter and prefixes are made of keyed hashes only: no order ids. A
-lookup takes the newest base at or below its version and the chain of files after it, newest first, and
-searches each for the keys' hashes (`_find`: a key the filter turns away is not in the file; else the
-fence, read whole, names a block of prefixes, and a record is read only where a prefix matches;
-memory-mapped on local disk, so a key touches one to three places of the file, released every
-LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files of the
-previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
+inputs write the same name and bytes; the loser's create fails) and holds the hashes in hash order, each
+with its int32 partition value (`NULL_DAY` for the null partition, `GONE` for an order that left the
+table at that step), behind a fence and a filter (keyfile.py has the layout). The fence, filter and prefixes
+are made of keyed hashes only: no order ids. A lookup takes the newest base at or below its version and the
+chain of files after it, newest first, and searches each for the keys' hashes (`_find`: a key the filter
+turns away is not in the file; else the fence, read whole, names a block of prefixes, and a record is read
+only where a prefix matches; memory-mapped on local disk, so a key touches one to three places of the file,
+released every LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files
+of the previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
 finds no base (`_upgrade`), then deleted.
 Writers compact in `record` (not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 *
 RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a merge is deleted
 GRACE_VERSIONS versions later (a reader that still hits a deleted file lists again). One commit writes
 one file; a base is rewritten once every DELTAS_PER_RUN * RUNS_PER_LEVEL**2 commits (amortised, and the
-one cost that grows with the table: that writer holds the base in memory, about 2 x 36 bytes per order,
-e.g. 360 MB at 5M orders).
+one cost whose time grows with the table; not its memory: merges pass over their inputs a range of the
+hash space at a time, keyfile.py `write_merged`; the fold at 50M orders: 8-13 s, no more memory than an ingest).
 
-A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer
-crashed after its commit, or another path committed) are rebuilt from those commits' evidence (the files
-each added, key column only) into one level-0 file per gap, then W moves to P. A missing index (no
-complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one
-scan of the key and partition columns). Entries may be stale (an order that left a partition): the
-caller reads that partition and does not find it; an order the index does not name is nowhere in the
-table. An erasure removes its subject: every index file holding its hash is rewritten without it (the
-fence and filter recomputed from the remaining hashes: the subject's bits leave the filter).
+A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer crashed
+after its commit, or another path committed) are rebuilt from those commits' evidence (the files each
+added, key column only) into one level-0 file per gap, then W moves to P. A missing index (no
+complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one scan
+of the key and partition columns, hashed and sorted in pieces, then merged). Entries may be stale (an
+order that left a partition): the caller reads that partition and does not find it; an order the index
+does not name is nowhere in the table. An erasure removes its subject: every index file holding its hash
+is rewritten without it (the fence and filter recomputed from the remaining hashes: the subject's bits
+leave the filter), by the same merge, so a base costs a pass, not a copy in memory.
 """
 
 from __future__ import annotations
 
 import mmap
-import struct
+import os
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from contextlib import suppress
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -62,191 +62,43 @@ from ..evidence import CommitEvidence
 from ..stage.buckets import digests
 from ..storage import Storage
 from . import tiers
+from .keyfile import (
+    DAY,
+    GONE,
+    HASH,
+    NULL_DAY,
+    Gone,
+    Keys,
+    Run,
+    Source,
+    _argsort,
+    _decode,
+    _decode_legacy,
+    _empty,
+    _encode,
+    _filter_bits,
+    _merge,
+    _prefix,
+    _rest,
+    hashed,
+    write_merged,
+)
 from .tiers import BASE, TierFile
 from .watermark import read_watermark, write_watermark
 
 FOLDER = "keys"
 COMPLETE = f"{FOLDER}/complete.json"
-EXT = ".kx2"  # this layout's files
-MAGIC = b"DRKEYS02"
-LEGACY_EXT, LEGACY_MAGIC = ".kx", b"DRKEYS01"  # the previous layout: n hashes, then n partitions
-HEADER = len(MAGIC) + 32  # the count n, FENCE_EVERY, the filter's words and FILTER_BITS
-HASH = np.dtype("S32")  # the full HMAC-SHA256 (see the module docstring for why not shorter)
-DAY = np.dtype("<i4")
-PREFIX = np.dtype("<u8")  # a hash's first 8 bytes as a (big-endian) number, stored little-endian
-RECORD = np.dtype([("rest", "S24"), ("day", DAY)])  # a hash's other 24 bytes and its partition: 28 bytes
-NULL_DAY = -1  # the null partition (event days are >= 0)
-GONE = -2  # the order left the table (erased) at this step
-ABSENT = -3  # in lookups only: the index names no partition for the key
+EXT = ".kx2"  # this layout's files (keyfile.py)
+LEGACY_EXT = ".kx"  # the previous layout's
 DELTAS_PER_RUN = 16
 RUNS_PER_LEVEL = 4
 GRACE_VERSIONS = 8
-# A file holds its hashes' 8-byte prefixes apart from the rest of each hash: a lookup searches the prefixes
-# (8 of every 36 bytes; every FENCE_EVERY-th of them, the fence, read whole first, names a block of 2 KiB)
-# and reads a record only where a prefix matches. Before the prefixes, a filter: one 64-bit word per
-# FILTER_KEYS hashes, in hash order; a hash sets FILTER_BITS bits (chosen by its bytes 8..15) of the word
-# its prefix falls in. A key whose bits are not all set is not in the file (never the other way: a hash of
-# the file always passes; ~3% of absent keys pass too), so most keys a file does not hold (a batch's new
-# orders) touch only the filter (1 byte per hash: 50 MB at 50M). The cost of a lookup into a large
-# memory-mapped file is its page faults, and a batch's keys are dense enough that it faults in most of
-# what it searches (a first touch maps 64 KiB around it, or a whole large folio, up to 2 MiB, when the
-# page cache holds the file in those): so the pages a batch maps are bounded by the filter (absent keys)
-# and the prefix column (400 MB at 50M), not the file (1.85 GB). 35k absent keys (the bench batch's
-# lookup) into a copied file: 11.5 ms at 5M hashes, 15.3 ms at 50M (2.1k page faults); hashes then
-# partitions, interpolated: 44.5 and 128.9 ms (20.8k faults); the prefixes without the filter: 11.4 and
-# 27.0 ms (6.4k faults).
-FENCE_EVERY = 256  # a power of two: the fence is 8 bytes per 256 hashes (1.5 MB at 50M)
-FILTER_KEYS, FILTER_BITS = 8, 4
+ABSENT = -3  # in lookups only: the index names no partition for the key
+REBUILD_KEYS = 1 << 21  # keys a rebuild from the table hashes and sorts at a time (a piece: ~75 MB in the file)
 # Keys searched per step: the resident pages of a lookup are bounded by this, not the base (each step's pages
 # leave the resident set after it): at 50M hashes, 4 MiB for 35k absent keys in 1,024-key steps (the
 # previous layout: 42 MiB), 36 MiB when half of them are present (49 MiB).
 LOOKUP_CHUNK = 1024
-
-
-Run = tuple[np.ndarray, np.ndarray]  # sorted unique hashes (S32), their partition values (int32)
-
-
-class Keys(NamedTuple):
-    """A run as the lookup reads it (a file's columns, or a run's): prefix (uint64 in hash order) and rest
-    (S24) of each hash, its partition value, every `every`-th prefix (the fence) and the filter."""
-    prefix: np.ndarray
-    rest: np.ndarray
-    day: np.ndarray
-    fence: np.ndarray
-    every: int
-    filter: np.ndarray
-    bits: int  # set per hash in the filter
-
-    def run(self) -> Run:
-        """The hashes (S32) and partition values, copied (the file's mapping may then be released)."""
-        h = np.empty(len(self.prefix), dtype=HASH)
-        raw = h[:, None].view(np.uint8)
-        raw[:, :8] = self.prefix.astype(">u8")[:, None].view(np.uint8)
-        raw[:, 8:] = self.rest[:, None].view(np.uint8)
-        return h, np.array(self.day, dtype=DAY)
-
-
-def _keys(run: Run, every: int = FENCE_EVERY) -> Keys:
-    h, day = run
-    prefix = _prefix(h)
-    fence = np.ascontiguousarray(prefix[::every])
-    return Keys(prefix, _rest(h), day, fence, every, _filter(h, prefix), FILTER_BITS)
-
-
-def _filter_bits(h: np.ndarray, prefix: np.ndarray, words: int,
-                 count: int = FILTER_BITS) -> tuple[np.ndarray, np.ndarray]:
-    """The filter word of each hash (by its prefix: in hash order) and the `count` bits it sets there."""
-    at = ((prefix >> np.uint64(32)) * np.uint64(words)) >> np.uint64(32)
-    more = h[:, None].view(np.uint8)[:, 8:16].view("<u8")[:, 0]
-    bits = np.zeros(len(h), dtype=np.uint64)
-    for i in range(count):
-        bits |= np.uint64(1) << ((more >> np.uint64(6 * i)) & np.uint64(63))
-    return at.astype(np.int64), bits
-
-
-def _filter(h: np.ndarray, prefix: np.ndarray, step: int = 1 << 20) -> np.ndarray:
-    """The filter of sorted hashes `h` (built a slice at a time: a base holds tens of millions)."""
-    words = np.zeros(-(-len(h) // FILTER_KEYS), dtype=np.uint64)
-    for lo in range(0, len(h), step):
-        at, bits = _filter_bits(h[lo:lo + step], prefix[lo:lo + step], len(words))
-        first = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
-        words[at[first]] |= np.bitwise_or.reduceat(bits, first)
-    return words
-
-
-def _encode(run: Run) -> bytearray:
-    """MAGIC, n, FENCE_EVERY, the filter's word count and FILTER_BITS, the fence (ceil(n / FENCE_EVERY)
-    prefixes), the filter (ceil(n / FILTER_KEYS) words), the n prefixes, then n records (the hash's other
-    24 bytes, int32 partition), in hash order. One copy into the result (a base is large: no
-    intermediate bytes objects)."""
-    keys = _keys(run)
-    n, start = len(keys.prefix), HEADER + keys.fence.nbytes + keys.filter.nbytes
-    out = bytearray(start + (PREFIX.itemsize + RECORD.itemsize) * n)
-    head = struct.pack("<QQQQ", n, keys.every, len(keys.filter), keys.bits)
-    out[:start] = b"".join((MAGIC, head, keys.fence.astype(PREFIX).tobytes(), keys.filter.astype(PREFIX).tobytes()))
-    np.frombuffer(out, dtype=PREFIX, count=n, offset=start)[:] = keys.prefix
-    records = np.frombuffer(out, dtype=RECORD, count=n, offset=start + PREFIX.itemsize * n)
-    records["rest"], records["day"] = keys.rest, keys.day
-    return out
-
-
-def _decode(buf: Any, path: str) -> Keys:
-    """A file's columns: views of its bytes, no copy."""
-    if bytes(buf[:len(MAGIC)]) != MAGIC:
-        raise ValueError(f"not a key index file: {path}")
-    n, every, words, bits = struct.unpack("<QQQQ", bytes(buf[len(MAGIC):HEADER]))
-    fence = np.frombuffer(buf, dtype=PREFIX, count=-(-n // every), offset=HEADER)
-    fltr = np.frombuffer(buf, dtype=PREFIX, count=words, offset=HEADER + fence.nbytes)
-    start = HEADER + fence.nbytes + fltr.nbytes
-    prefix = np.frombuffer(buf, dtype=PREFIX, count=n, offset=start)
-    records = np.frombuffer(buf, dtype=RECORD, count=n, offset=start + prefix.nbytes)
-    return Keys(prefix, records["rest"], records["day"], fence, every, fltr, bits)
-
-
-def _decode_legacy(buf: Any, path: str) -> Run:
-    if bytes(buf[:len(LEGACY_MAGIC)]) != LEGACY_MAGIC:
-        raise ValueError(f"not a key index file: {path}")
-    (n,) = struct.unpack("<Q", bytes(buf[len(LEGACY_MAGIC):len(LEGACY_MAGIC) + 8]))
-    start = len(LEGACY_MAGIC) + 8
-    return (np.frombuffer(buf, dtype=HASH, count=n, offset=start),
-            np.frombuffer(buf, dtype=DAY, count=n, offset=start + HASH.itemsize * n))
-
-
-def _empty() -> Run:
-    return np.zeros(0, dtype=HASH), np.zeros(0, dtype=DAY)
-
-
-def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
-    """One run from `runs` given NEWEST FIRST: for a hash in several, the newest entry wins."""
-    runs = [r for r in runs if len(r[0])]
-    if not runs:
-        return _empty()
-    h = np.concatenate([r[0] for r in runs])
-    day = np.concatenate([r[1] for r in runs])
-    order = _argsort(h)  # equal hashes keep their newest-first order
-    h, day = h[order], day[order]
-    keep = np.ones(len(h), dtype=bool)
-    keep[1:] = h[1:] != h[:-1]
-    h, day = h[keep], day[keep]
-    if drop_gone:
-        alive = day != GONE
-        h, day = h[alive], day[alive]
-    return np.ascontiguousarray(h), np.ascontiguousarray(day)
-
-
-def _argsort(h: np.ndarray) -> np.ndarray:
-    """`np.argsort(h, kind="stable")`: by 8-byte prefixes as integers when they are all distinct (then they
-    decide the order; numpy sorts S32 items through a generic compare, several times slower), else (equal
-    hashes to merge, or a shared prefix) the full stable sort. Distinct prefixes have one order whatever
-    the sort, so the prefixes take numpy's default sort: on 35k of them 0.8 ms, its stable (radix) sort
-    of 64-bit integers 7 ms."""
-    p = _prefix(h)
-    order = np.argsort(p)
-    ranked = p[order]
-    if len(ranked) > 1 and (ranked[1:] == ranked[:-1]).any():
-        return np.argsort(h, kind="stable")
-    return order
-
-
-def _fold(base: Run, change: Run) -> Run:
-    """`change` (newer) folded into the large `base`: a search and one copy, no sort of the base."""
-    h, day = base
-    ch, cd = change
-    if not len(ch):
-        return base
-    idx = np.searchsorted(h, ch)
-    inside = idx < len(h)
-    same = np.zeros(len(ch), dtype=bool)
-    same[inside] = h[idx[inside]] == ch[inside]
-    day = np.array(day, dtype=DAY)  # a writable copy (the base may be memory-mapped)
-    day[idx[same]] = cd[same]
-    if not same.all():
-        h = np.insert(h, idx[~same], ch[~same])
-        day = np.insert(day, idx[~same], cd[~same])
-    if (cd == GONE).any():
-        alive = day != GONE
-        h, day = h[alive], day[alive]
-    return np.ascontiguousarray(h), np.ascontiguousarray(day)
 
 
 def _from_runs(runs: list[Run]) -> Run:
@@ -258,20 +110,6 @@ def _from_runs(runs: list[Run]) -> Run:
     day = np.concatenate([r[1] for r in runs])[::-1]
     return _merge([(h, day)], drop_gone=False)
 
-
-def hashed(raw: bytes) -> np.ndarray:
-    """Concatenated 32-byte keyed hashes as the index's hash column."""
-    return np.frombuffer(raw, dtype=HASH)
-
-
-def _prefix(h: np.ndarray) -> np.ndarray:
-    """The first 8 bytes of each 32-byte hash as an integer (uint64, in the same order as the hashes)."""
-    return h[:, None].view(np.uint8)[:, :8].view(">u8")[:, 0].astype(np.uint64)
-
-
-def _rest(h: np.ndarray) -> np.ndarray:
-    """The other 24 bytes of each hash (S24: a view, no copy)."""
-    return h[:, None].view(np.uint8)[:, 8:].view("S24")[:, 0]
 
 
 def _find(keys: Keys, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +123,7 @@ def _find(keys: Keys, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not n or not len(queries):
         return found, np.zeros(0, dtype=DAY)
     qp, qr = _prefix(queries), _rest(queries)
-    at, bits = _filter_bits(queries, qp, len(keys.filter), keys.bits)
+    at, bits = _filter_bits(qp, qr, len(keys.filter), keys.bits)
     maybe = np.flatnonzero((keys.filter[at] & bits) == bits)
     idx = np.full(len(queries), n, dtype=np.int64)
     idx[maybe] = _first_at_least(keys, qp[maybe])
@@ -348,12 +186,12 @@ class KeyIndex:
         data, mapped = tiers.read(self.index, f.path)
         return _decode(data, f.path), mapped
 
-    def _load(self, f: TierFile) -> Run:
-        keys, mapped = self._open(f)
-        run = keys.run()
-        if mapped is not None:  # (copied: the file's pages leave our resident set)
-            mapped.madvise(mmap.MADV_DONTNEED)
-        return run
+    def _merge_files(self, name: str, files: list[TierFile], gone: Gone, *, exclude: np.ndarray | None = None,
+                     replace: bool = False) -> None:
+        """`files` (newest first) merged into the file `name` (keyfile.write_merged: a range at a time,
+        none of them read whole)."""
+        sources = [Source(*self._open(f)) for f in files]
+        write_merged(self.index, name, sources, gone=gone, exclude=exclude, replace=replace)
 
     def _write(self, level: int, first: int, last: int, run: Run) -> None:
         self.index.write_once(tiers.name(FOLDER, EXT, level, first, last), _encode(run))
@@ -421,13 +259,13 @@ class KeyIndex:
             if len(units) < fan:
                 continue
             units = units[:fan]
-            runs = [self._load(f) for f in reversed(units)]
-            if level < 2:
-                self._write(level + 1, units[0].first, units[-1].last, _merge(runs, drop_gone=False))
-            else:
+            newest_first = list(reversed(units))
+            if level < 2:  # (GONE entries stay: they hide the older files' entries)
+                self._merge_files(tiers.name(FOLDER, EXT, level + 1, units[0].first, units[-1].last),
+                                  newest_first, "keep")
+            else:  # the runs folded into the base: a new base
                 base = max((b for b in bases if b.last == above), key=lambda b: b.last)
-                merged = _fold(self._load(base), _merge(runs, drop_gone=False))
-                self._write(BASE, 0, units[-1].last, merged)
+                self._merge_files(tiers.name(FOLDER, EXT, BASE, 0, units[-1].last), [*newest_first, base], "fold")
             files = self._files()
         self._tidy(files)
 
@@ -477,13 +315,45 @@ class KeyIndex:
 
     def rebuild(self, version: int) -> None:
         """The whole index from the table at `version` (a missing index). Deletes no file of this layout:
-        writers may be rebuilding at the same time; a base hides every file up to its version."""
-        runs: list[Run] = []
-        if version > 0:
-            runs = self._locations_of_files([e.path for e in _delta.file_entries(self.uri, self.options, version)])
-        self._write(BASE, 0, version, _merge([_from_runs(runs)], drop_gone=True))
+        writers may be rebuilding at the same time; a base hides every file up to its version. The keys
+        are hashed and sorted REBUILD_KEYS at a time into pieces (temp files on local disk), which one
+        merge makes the base: memory does not grow with the table."""
+        paths = [e.path for e in _delta.file_entries(self.uri, self.options, version)] if version > 0 else []
+        pieces: list[Source] = []
+        temps: list[str] = []
+        try:
+            runs: list[Run] = []
+            held = 0
+            for path in paths:
+                runs += self._locations_of_files([path])
+                held += len(runs[-1][0])
+                if held >= REBUILD_KEYS:
+                    pieces.append(self._piece(_from_runs(runs), temps))
+                    runs, held = [], 0
+            if runs or not pieces:
+                pieces.append(self._piece(_from_runs(runs), temps))
+            # newest first: a key in two pieces (a table with a repeated key) takes the later file's row
+            write_merged(self.index, tiers.name(FOLDER, EXT, BASE, 0, version), pieces[::-1], gone="drop")
+        finally:
+            for temp in temps:
+                with suppress(FileNotFoundError):
+                    os.unlink(temp)
         self._set_watermark(version)
         self._drop_legacy()
+
+    def _piece(self, run: Run, temps: list[str]) -> Source:
+        """A sorted run as a merge input: on local disk written to a temp file (named in `temps`) and
+        memory-mapped, so a rebuild holds one piece at a time; elsewhere its bytes."""
+        data = _encode(run)
+        if not self.index.is_local:
+            return Source(_decode(data, "rebuild piece"), None)
+        path = self.index.temp_path()
+        temps.append(path)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        with open(path, "rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        return Source(_decode(mapped, path), mapped)
 
     def _legacy(self) -> list[str]:
         """Files of a previous layout: per shard (`keys/<shard>/...`, `keys/v/...`; ignored, deleted once
@@ -600,9 +470,7 @@ class KeyIndex:
                 except FileNotFoundError:
                     continue
                 if _find(keys, subject)[0][0]:
-                    run = keys.run()
-                    keep = run[0] != subject[0]
-                    self.index.write_bytes(f.path, _encode((run[0][keep], run[1][keep])))
+                    self._merge_files(f.path, [f], "keep", exclude=subject, replace=True)
                     rewrote = True
             if not rewrote:
                 break
