@@ -5,7 +5,10 @@ whatever the fence's spacing, in memory and in a file's columns."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +25,8 @@ from delta_release.index.keyfile import (
     _prefix,
     _rest,
 )
-from delta_release.index.keys import _find, _first_at_least
+from delta_release.index.keys import _find, _find_ranged, _first_at_least
+from delta_release.storage import Storage
 
 _hash = st.tuples(st.sampled_from([b"\x00" * 8, b"\x01" * 8, b"\x7f" + b"\x00" * 7, b"\xff" * 8]),
                   st.binary(min_size=24, max_size=24)).map(lambda t: t[0] + t[1])
@@ -40,6 +44,10 @@ def _check(h: np.ndarray, queries: np.ndarray, every: int) -> None:
     items = h.tolist()  # (numpy's S32 items drop trailing zero bytes: compare numpy's own values)
     assert found.tolist() == [q in items for q in queries.tolist()]
     assert got.tolist() == [items.index(q) * 3 - 2 for q in queries.tolist() if q in items]
+    # the same search over the file read by byte ranges (an object store): the same answers
+    data = bytes(_encode((h, days), every))
+    ranged = _find_ranged(lambda ranges: [data[a:b] for a, b in ranges], "f", queries)
+    assert ranged[0].tolist() == found.tolist() and ranged[1].tolist() == got.tolist()
 
 
 @settings(max_examples=200, deadline=None)
@@ -151,3 +159,30 @@ def test_the_filter_keeps_every_hash_and_turns_most_absent_keys_away() -> None:
         at, bits = _filter_bits(_prefix(queries), _rest(queries), len(keys.filter))
         passed = (keys.filter[at] & bits) == bits
         assert passed.all() if queries is h else 0.01 < passed.mean() < 0.06
+
+
+def test_a_ranged_lookup_reads_the_filter_and_its_keys_blocks_not_the_file(tmp_path: Path) -> None:
+    """Over byte ranges (S3), 200 keys (100 present) in a file of 100k hashes read its header, fence and
+    filter (~1 byte a hash) and one block of FENCE_EVERY prefixes and records per key that passes the
+    filter (the 100 present and the few absent ones the filter lets by), with the whole file's answers."""
+    rng = np.random.default_rng(17)
+    h = np.unique(np.frombuffer(rng.bytes(32 * 100_000), dtype=HASH))
+    data = bytes(_encode((h, np.arange(len(h), dtype=DAY))))
+    (tmp_path / "f.kx2").write_bytes(data)
+    queries = np.sort(np.concatenate([h[rng.choice(len(h), 100, replace=False)],
+                                      np.frombuffer(rng.bytes(32 * 100), dtype=HASH)]))
+    asked: list[tuple[int, int]] = []
+
+    def read(ranges: list[tuple[int, int]]) -> list[bytes]:
+        asked.extend(ranges)
+        return Storage(str(tmp_path)).read_ranges("f.kx2", ranges)
+
+    found, got = _find_ranged(read, "f.kx2", queries)
+    whole = _find(_decode(data, "f"), queries)
+    assert found.tolist() == whole[0].tolist() and got.tolist() == whole[1].tolist() and found.sum() == 100
+    read_bytes = sum(b - a for a, b in asked)
+    meta = -(-len(h) // FENCE_EVERY) * 8 + -(-len(h) // 8) * 8
+    assert read_bytes <= 40 + meta + (100 + 10) * FENCE_EVERY * 36, (read_bytes, meta)
+    assert read_bytes < len(data) / 3
+    with pytest.raises(FileNotFoundError):
+        Storage(str(tmp_path)).read_ranges("gone.kx2", [(0, 8)])

@@ -198,3 +198,34 @@ def test_file_index_on_s3(s3server: S3Server, tmp_path: Path) -> None:  # noqa: 
     reference = fidx.history_files(uri, lake.options)
     assert {p: r.sha256 for p, r in again.lookup(list(reference)).items()} == reference
     assert _delta.latest_version(uri, lake.options) == totals.version
+
+
+def test_key_index_lookups_on_s3_read_ranges_not_files(s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On S3 a lookup reads an index file's filter and its keys' blocks by ranged GETs, never the whole
+    object: a stream of creates, moves and deletes gives the table and index answers of a local lake."""
+    from test_key_index import stream
+
+    from delta_release import index
+    from delta_release.storage import Storage
+
+    whole = Storage.read_bytes
+
+    def no_whole_index_file(self: Storage, rel: str) -> bytes:
+        assert not rel.endswith(".kx2"), f"read whole: {rel}"
+        return whole(self, rel)
+
+    monkeypatch.setattr(Storage, "read_bytes", no_whole_index_file)
+    lake = open_s3_lake(s3server, s3server.new_bucket(), tmp_path / "catalog.sqlite")
+    local = dr.Lake.create(tmp_path / "local")
+    for batch in stream(7, n_batches=5, per_batch=20):
+        assert lake.ingest(jsonl(batch)).version == local.ingest(jsonl(batch)).version
+    assert rows(lake) == rows(local)
+    version = lake.latest_version("orders") or 0
+    ids = [f"o{i}" for i in range(1, 16)] + ["never-seen"]
+    on_s3, here = index.key_index(lake.table("orders")), index.key_index(local.table("orders"))
+    assert on_s3 is not None and here is not None
+    assert on_s3.locate(ids, upto=version) == here.locate(ids, upto=version)
+    located = on_s3.locate(ids, upto=version)
+    assert {r["order_id"]: r["event_day"] for r in rows(local)}.items() <= located.items()
+    assert "never-seen" not in located

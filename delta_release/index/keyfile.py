@@ -110,12 +110,12 @@ def _filter(prefix: np.ndarray, rest: np.ndarray, step: int = 1 << 20) -> np.nda
     return words
 
 
-def _encode(run: Run) -> bytearray:
+def _encode(run: Run, every: int = FENCE_EVERY) -> bytearray:
     """MAGIC, n, FENCE_EVERY, the filter's word count and FILTER_BITS, the fence (ceil(n / FENCE_EVERY)
     prefixes), the filter (ceil(n / FILTER_KEYS) words), the n prefixes, then n records (the hash's other
     24 bytes, int32 partition), in hash order. One copy into the result (a base is large: no
-    intermediate bytes objects)."""
-    keys = _keys(run)
+    intermediate bytes objects). `every`: the fence's spacing (tests use small ones)."""
+    keys = _keys(run, every)
     n, start = len(keys.prefix), HEADER + keys.fence.nbytes + keys.filter.nbytes
     out = bytearray(start + (PREFIX.itemsize + RECORD.itemsize) * n)
     head = struct.pack("<QQQQ", n, keys.every, len(keys.filter), keys.bits)

@@ -25,7 +25,7 @@ are made of keyed hashes only: no order ids. A lookup takes the newest base at o
 chain of files after it, newest first, and searches each for the keys' hashes (`_find`: a key the filter
 turns away is not in the file; else the fence, read whole, names a block of prefixes, and a record is read
 only where a prefix matches; memory-mapped on local disk, so a key touches one to three places of the file,
-released every LOOKUP_CHUNK keys; on S3 the file is read whole, as `Storage` has no range read yet). Files
+released every LOOKUP_CHUNK keys; on S3 by ranged GETs of its filter and the keys' blocks, `_find_ranged`). Files
 of the previous layout (`.kx`: hashes, then partitions) are converted to this one when a lookup or catch-up
 finds no base (`_upgrade`), then deleted.
 Writers compact in `record` (not only readers), so a lookup reads at most DELTAS_PER_RUN + 2 *
@@ -48,8 +48,10 @@ leave the filter), by the same merge, so a base costs a pass, not a copy in memo
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
+import struct
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from typing import Any
@@ -66,7 +68,11 @@ from .keyfile import (
     DAY,
     GONE,
     HASH,
+    HEADER,
+    MAGIC,
     NULL_DAY,
+    PREFIX,
+    RECORD,
     Gone,
     Keys,
     Run,
@@ -77,6 +83,7 @@ from .keyfile import (
     _empty,
     _encode,
     _filter_bits,
+    _keys,
     _merge,
     _prefix,
     _rest,
@@ -142,6 +149,59 @@ def _find(keys: Keys, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             if j < len(rests) and rests[j] == qr[i]:
                 found[i], idx[i] = True, idx[i] + j
     return found, keys.day[idx[found]]
+
+
+def _find_ranged(read: Callable[[list[tuple[int, int]]], list[bytes]], path: str,
+                 queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_find` over a file read by byte ranges (`read`: e.g. ranged GETs on S3), not whole: its header,
+    then its fence and filter, then only the blocks of `every` prefixes (and their records) where a query
+    that passes the filter would sit. The blocks of a query: the one before the first fence entry at or
+    above its prefix (j - 1; where its first place at or above lies), and every block whose fence entry
+    IS its prefix (hashes sharing the prefix may run on): so all the file's hashes of that prefix are
+    read, and `_find` over the rows read answers as over the file. A lookup costs the filter (1 byte per
+    hash) and its keys' blocks (~9 KiB each), not the file (36 bytes per hash)."""
+    found = np.zeros(len(queries), dtype=bool)
+    (head,) = read([(0, HEADER)])
+    if len(head) < HEADER or head[:len(MAGIC)] != MAGIC:
+        raise ValueError(f"not a key index file: {path}")
+    n, every, words, bits = struct.unpack("<QQQQ", head[len(MAGIC):HEADER])
+    if not n or not len(queries):
+        return found, np.zeros(0, dtype=DAY)
+    blocks = -(-n // every)
+    (meta,) = read([(HEADER, HEADER + PREFIX.itemsize * (blocks + words))])
+    fence = np.frombuffer(meta, dtype=PREFIX, count=blocks)
+    fltr = np.frombuffer(meta, dtype=PREFIX, count=words, offset=fence.nbytes)
+    qp, qr = _prefix(queries), _rest(queries)
+    at, want = _filter_bits(qp, qr, words, bits)
+    maybe = np.flatnonzero((fltr[at] & want) == want)
+    if not len(maybe):
+        return found, np.zeros(0, dtype=DAY)
+    first = np.searchsorted(fence, qp[maybe])
+    upto = np.maximum(np.searchsorted(fence, qp[maybe], side="right"), first)
+    lo = np.maximum(first - 1, 0)
+    many = upto - lo > 1
+    chosen = [lo[~many & (upto > lo)]]
+    chosen += [np.arange(a, b) for a, b in zip(lo[many].tolist(), upto[many].tolist(), strict=True)]
+    chosen_blocks = np.unique(np.concatenate(chosen))
+    if not len(chosen_blocks):
+        return found, np.zeros(0, dtype=DAY)
+    # consecutive blocks read as one range of prefixes and one of records
+    cut = np.flatnonzero(np.diff(chosen_blocks) != 1) + 1
+    runs = [(int(r[0]) * every, min((int(r[-1]) + 1) * every, n)) for r in np.split(chosen_blocks, cut)]
+    at_prefix = HEADER + len(meta)
+    at_record = at_prefix + PREFIX.itemsize * n
+    ranges = [(at_prefix + PREFIX.itemsize * a, at_prefix + PREFIX.itemsize * b) for a, b in runs]
+    ranges += [(at_record + RECORD.itemsize * a, at_record + RECORD.itemsize * b) for a, b in runs]
+    data = read(ranges)
+    rows = sum(b - a for a, b in runs)
+    if [len(x) for x in data] != [e - s for s, e in ranges]:
+        raise ValueError(f"key index file cut short: {path}")
+    prefix = np.frombuffer(b"".join(data[:len(runs)]), dtype=PREFIX, count=rows)
+    records = np.frombuffer(b"".join(data[len(runs):]), dtype=RECORD, count=rows)
+    read_rows = Keys(prefix, records["rest"], records["day"], fence, every, fltr, bits).run()
+    hit, days = _find(_keys(read_rows), queries[maybe])
+    found[maybe[hit]] = True
+    return found, days
 
 
 def _first_at_least(keys: Keys, qp: np.ndarray) -> np.ndarray:
@@ -444,6 +504,13 @@ class KeyIndex:
         for f in view:  # newest first: a hash's first hit is its current entry
             if not len(pending):
                 break
+            if not self.index.is_local:  # an object store: the filter and the keys' blocks, not the file
+                self.files_read += 1
+                hit, days = _find_ranged(functools.partial(self.index.read_ranges, f.path), f.path,
+                                         queries[pending])
+                out[pending[hit]] = days
+                pending = pending[~hit]
+                continue
             keys, mapped = self._open(f)
             found = np.zeros(len(pending), dtype=bool)
             for lo in range(0, len(pending), LOOKUP_CHUNK):
