@@ -207,12 +207,15 @@ def test_key_index_lookups_on_s3_read_ranges_not_files(s3server: S3Server, tmp_p
     from test_key_index import stream
 
     from delta_release import index
+    from delta_release.index import keys as kx
     from delta_release.storage import Storage
 
     whole = Storage.read_bytes
+    read_whole: list[str] = []
 
     def no_whole_index_file(self: Storage, rel: str) -> bytes:
-        assert not rel.endswith(".kx2"), f"read whole: {rel}"
+        if rel.endswith(".kx2"):
+            read_whole.append(rel)
         return whole(self, rel)
 
     monkeypatch.setattr(Storage, "read_bytes", no_whole_index_file)
@@ -229,3 +232,12 @@ def test_key_index_lookups_on_s3_read_ranges_not_files(s3server: S3Server, tmp_p
     located = on_s3.locate(ids, upto=version)
     assert {r["order_id"]: r["event_day"] for r in rows(local)}.items() <= located.items()
     assert "never-seen" not in located
+    assert not read_whole
+    # an erasure finds the files holding the subject by ranges too, and reads whole only those it rewrites
+    subject = next(r["order_id"] for r in rows(local))
+    files = [o.path for o in on_s3.index.list("keys", recursive=False) if o.path.endswith(".kx2")]
+    holding = [p for p in files if on_s3._has(kx.tiers.parse(p, ".kx2"), on_s3._hash([subject]))]
+    lake.erase(subject)
+    written = {o.path for o in on_s3.index.list("keys", recursive=False)} - set(files)  # (the erasure's own)
+    assert holding and set(read_whole) <= set(holding) | written and len(files) > len(holding)
+    assert not on_s3.holds(lake.erasures.subject_key(subject))

@@ -505,9 +505,7 @@ class KeyIndex:
             if not len(pending):
                 break
             if not self.index.is_local:  # an object store: the filter and the keys' blocks, not the file
-                self.files_read += 1
-                hit, days = _find_ranged(functools.partial(self.index.read_ranges, f.path), f.path,
-                                         queries[pending])
+                hit, days = self._find_by_ranges(f, queries[pending])
                 out[pending[hit]] = days
                 pending = pending[~hit]
                 continue
@@ -533,21 +531,33 @@ class KeyIndex:
             rewrote = False
             for f in self._files():
                 try:
-                    keys, _ = self._open(f)
+                    held = self._has(f, subject)
                 except FileNotFoundError:
                     continue
-                if _find(keys, subject)[0][0]:
+                if held:
                     self._merge_files(f.path, [f], "keep", exclude=subject, replace=True)
                     rewrote = True
             if not rewrote:
                 break
         self._drop_legacy()
 
+    def _find_by_ranges(self, f: TierFile, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_find` in the file `f` by ranged reads (an object store): its filter and the queries' blocks."""
+        self.files_read += 1
+        return _find_ranged(functools.partial(self.index.read_ranges, f.path), f.path, queries)
+
+    def _has(self, f: TierFile, subject: np.ndarray) -> bool:
+        """Whether the file `f` holds the hash `subject` (FileNotFoundError when a merge deleted it): on an
+        object store by ranged reads, so an erasure reads whole only the files it rewrites."""
+        if not self.index.is_local:
+            return bool(self._find_by_ranges(f, subject)[0][0])
+        return bool(_find(self._open(f)[0], subject)[0][0])
+
     def holds(self, subject_hash: str) -> bool:
         """True when any index file names `subject_hash` (for tests and audits)."""
         subject = np.frombuffer(bytes.fromhex(subject_hash), dtype=HASH)
         for f in self._files():
-            if _find(self._open(f)[0], subject)[0][0]:
+            if self._has(f, subject):
                 return True
         return any(needle in self.index.read_bytes(p) for p in self._legacy()
                    for needle in (subject_hash.encode(), subject.tobytes()))
