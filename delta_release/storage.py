@@ -312,14 +312,19 @@ class Storage:
         written, not yet renamed."""
         tmp = self.temp_path(parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
-        with os.fdopen(fd, "wb") as handle:
-            if callable(data):
-                data(handle)
-            else:
-                handle.write(data)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                if callable(data):
+                    data(handle)
+                else:
+                    handle.write(data)
+                handle.flush()
+                if durable:
+                    os.fsync(handle.fileno())
+        except BaseException:  # (a writing function that fails, a full disk: no temp file is left)
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         crash_point("storage.after_temp:" + parent[len(self._base) + 1:].split("/", 1)[0])
         return tmp
 
@@ -359,8 +364,9 @@ class Storage:
         if self.is_local:
             self._move_in(parent, full, data, durable=durable)
         else:
+            body = _collect(data)  # (first: a writer that fails must not leave an empty object behind)
             with self.fs.open_output_stream(full) as out:
-                out.write(_collect(data))
+                out.write(body)
 
     def put(self, rel: str, data: bytes) -> None:
         """Replace `rel` unconditionally; on S3 one single-part PUT (so its ETag is the MD5 of `data`,

@@ -140,3 +140,20 @@ def test_ledger_entries_are_created_once_then_compare_and_swapped(root: tuple[st
     with pytest.raises(SafetyError, match="changed concurrently"):
         b.update(mine, state="done", version=9, exposed=[])  # b's view (pending) is stale
     assert a.get(mine.subject) == done
+
+
+def test_a_write_whose_writer_fails_leaves_nothing(root: tuple[str, dict[str, str]]) -> None:
+    """A body written by a function (a key index merge) that fails half-way: no final name and, on local
+    disk, no temp file left behind; create-only and replacing writes alike."""
+    storage = Storage(root[0], root[1])
+
+    def half(out: Any) -> None:
+        out.write(b"half of it")
+        raise OSError("no space left (simulated)")
+
+    for write in (storage.write_once, storage.write_bytes):
+        with pytest.raises(OSError, match="simulated"):
+            write("keys/x.kx2", half)
+        assert not storage.exists("keys/x.kx2")
+    if storage.is_local:
+        assert not [p for p in Path(root[0]).rglob("*") if p.is_file()]

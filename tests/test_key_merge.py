@@ -6,6 +6,7 @@ ranges of one entry or none, an erased subject, on local disk and on S3."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -150,3 +151,22 @@ def test_replace_rewrites_and_create_only_refuses(storage: Storage) -> None:
     assert storage.read_bytes("keys/k.kx2") == bytes(_encode(_merge([run], drop_gone=True)))
     if storage.is_local:
         assert not list(storage.local_path("_tmp").iterdir())  # no temp file left
+
+
+def test_hostile_headers_are_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """A header with no fence spacing, a filter size that does not fit its count, a count beyond the
+    file or a cut file: ValueError naming the file, read whole or by ranges, never a division by zero."""
+    from delta_release.index.keyfile import HEADER, MAGIC
+    from delta_release.index.keys import _find_ranged
+
+    good = bytes(_encode(_run([b"\x01" * 32, b"\x02" * 32, b"\x03" * 32], [1, 2, 3])))
+    queries = np.array([b"\x02" * 32], dtype=HASH)
+    bad = [MAGIC + struct.pack("<QQQQ", 3, 0, 1, 4) + good[HEADER:],  # every = 0
+           MAGIC + struct.pack("<QQQQ", 3, 256, 7, 4) + good[HEADER:],  # words for another count
+           MAGIC + struct.pack("<QQQQ", 10**9, 256, 125_000_000, 4) + good[HEADER:],  # a count past the end
+           good[:HEADER - 1], b"NOTKEYS!" + good[8:]]
+    for data in bad:
+        with pytest.raises(ValueError, match="k.kx2"):
+            _decode(data, "k.kx2")
+        with pytest.raises(ValueError):
+            _find_ranged(lambda ranges, d=data: [d[a:b] for a, b in ranges], "k.kx2", queries)

@@ -99,15 +99,68 @@ def _filter_bits(prefix: np.ndarray, rest: np.ndarray, words: int,
     return at.astype(np.int64), bits
 
 
+def _filter_words(prefix: np.ndarray, rest: np.ndarray, words: int) -> tuple[np.ndarray, np.ndarray]:
+    """The filter words that sorted hashes (a non-empty slice of a file's) set: each word's index, in
+    order, and the bits the slice sets in it."""
+    at, bits = _filter_bits(prefix, rest, words)
+    first = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
+    return at[first], np.bitwise_or.reduceat(bits, first)
+
+
 def _filter(prefix: np.ndarray, rest: np.ndarray, step: int = 1 << 20) -> np.ndarray:
     """The filter of sorted hashes (their prefixes and rests; built a slice at a time: a base holds tens
     of millions)."""
     words = np.zeros(-(-len(prefix) // FILTER_KEYS), dtype=np.uint64)
     for lo in range(0, len(prefix), step):
-        at, bits = _filter_bits(prefix[lo:lo + step], rest[lo:lo + step], len(words))
-        first = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
-        words[at[first]] |= np.bitwise_or.reduceat(bits, first)
+        index, value = _filter_words(prefix[lo:lo + step], rest[lo:lo + step], len(words))
+        words[index] |= value
     return words
+
+
+class Layout(NamedTuple):
+    """A file's header (`MAGIC`, then n, the fence's spacing, the filter's words and bits per hash) and
+    where each part of the file starts."""
+    n: int
+    every: int
+    words: int
+    bits: int
+
+    @classmethod
+    def of(cls, n: int, every: int = FENCE_EVERY) -> Layout:
+        return cls(n, every, -(-n // FILTER_KEYS), FILTER_BITS)
+
+    @classmethod
+    def read(cls, head: Any, path: str) -> Layout:
+        """The layout a file's first HEADER bytes state; ValueError when they are not a key index file's."""
+        if len(head) < HEADER or bytes(head[:len(MAGIC)]) != MAGIC:
+            raise ValueError(f"not a key index file: {path}")
+        layout = cls(*struct.unpack("<QQQQ", bytes(head[len(MAGIC):HEADER])))
+        if layout.every < 1 or layout.words != -(-layout.n // FILTER_KEYS):
+            raise ValueError(f"key index file with a bad header: {path}")
+        return layout
+
+    def head(self) -> bytes:
+        return MAGIC + struct.pack("<QQQQ", *self)
+
+    @property
+    def blocks(self) -> int:  # fence entries
+        return -(-self.n // self.every)
+
+    @property
+    def filter_at(self) -> int:
+        return HEADER + PREFIX.itemsize * self.blocks
+
+    @property
+    def prefix_at(self) -> int:
+        return self.filter_at + PREFIX.itemsize * self.words
+
+    @property
+    def record_at(self) -> int:
+        return self.prefix_at + PREFIX.itemsize * self.n
+
+    @property
+    def size(self) -> int:
+        return self.record_at + RECORD.itemsize * self.n
 
 
 def _encode(run: Run, every: int = FENCE_EVERY) -> bytearray:
@@ -116,27 +169,26 @@ def _encode(run: Run, every: int = FENCE_EVERY) -> bytearray:
     24 bytes, int32 partition), in hash order. One copy into the result (a base is large: no
     intermediate bytes objects). `every`: the fence's spacing (tests use small ones)."""
     keys = _keys(run, every)
-    n, start = len(keys.prefix), HEADER + keys.fence.nbytes + keys.filter.nbytes
-    out = bytearray(start + (PREFIX.itemsize + RECORD.itemsize) * n)
-    head = struct.pack("<QQQQ", n, keys.every, len(keys.filter), keys.bits)
-    out[:start] = b"".join((MAGIC, head, keys.fence.astype(PREFIX).tobytes(), keys.filter.astype(PREFIX).tobytes()))
-    np.frombuffer(out, dtype=PREFIX, count=n, offset=start)[:] = keys.prefix
-    records = np.frombuffer(out, dtype=RECORD, count=n, offset=start + PREFIX.itemsize * n)
+    layout = Layout.of(len(keys.prefix), every)
+    out = bytearray(layout.size)
+    out[:layout.prefix_at] = b"".join((layout.head(), keys.fence.astype(PREFIX).tobytes(),
+                                       keys.filter.astype(PREFIX).tobytes()))
+    np.frombuffer(out, dtype=PREFIX, count=layout.n, offset=layout.prefix_at)[:] = keys.prefix
+    records = np.frombuffer(out, dtype=RECORD, count=layout.n, offset=layout.record_at)
     records["rest"], records["day"] = keys.rest, keys.day
     return out
 
 
 def _decode(buf: Any, path: str) -> Keys:
     """A file's columns: views of its bytes, no copy."""
-    if bytes(buf[:len(MAGIC)]) != MAGIC:
-        raise ValueError(f"not a key index file: {path}")
-    n, every, words, bits = struct.unpack("<QQQQ", bytes(buf[len(MAGIC):HEADER]))
-    fence = np.frombuffer(buf, dtype=PREFIX, count=-(-n // every), offset=HEADER)
-    fltr = np.frombuffer(buf, dtype=PREFIX, count=words, offset=HEADER + fence.nbytes)
-    start = HEADER + fence.nbytes + fltr.nbytes
-    prefix = np.frombuffer(buf, dtype=PREFIX, count=n, offset=start)
-    records = np.frombuffer(buf, dtype=RECORD, count=n, offset=start + prefix.nbytes)
-    return Keys(prefix, records["rest"], records["day"], fence, every, fltr, bits)
+    at = Layout.read(buf[:HEADER], path)
+    if len(buf) < at.size:
+        raise ValueError(f"key index file cut short: {path}")
+    fence = np.frombuffer(buf, dtype=PREFIX, count=at.blocks, offset=HEADER)
+    fltr = np.frombuffer(buf, dtype=PREFIX, count=at.words, offset=at.filter_at)
+    prefix = np.frombuffer(buf, dtype=PREFIX, count=at.n, offset=at.prefix_at)
+    records = np.frombuffer(buf, dtype=RECORD, count=at.n, offset=at.record_at)
+    return Keys(prefix, records["rest"], records["day"], fence, at.every, fltr, at.bits)
 
 
 def _decode_legacy(buf: Any, path: str) -> Run:
@@ -249,6 +301,7 @@ def merge_in_memory(runs: list[Run], gone: Gone = "keep", exclude: np.ndarray | 
 # range's arrays), 7.5-7.8 s at 65,536 (1.8 s), 7.4 s at 32,768, 8.2 s at 16,384.
 RANGE_KEYS = 1 << 16
 
+
 class Source(NamedTuple):
     keys: Keys
     mapped: mmap.mmap | None  # its memory map on local disk (each range's pages are released)
@@ -311,7 +364,7 @@ def _merge_range(sources: list[Keys], lo: np.ndarray, hi: np.ndarray, exclude: n
 
 
 class _Plan(NamedTuple):
-    edges: np.ndarray  # per range, per source: the first position of the range (uint64 hash space)
+    edges: np.ndarray  # per range boundary (the last: the end), per source: its first position there
     n: int  # entries the output holds
     drop: bool  # GONE entries are dropped
     only: _Range | None  # the merge itself, when it is one range (not done twice)
@@ -365,13 +418,9 @@ def _write(out: BinaryIO, sources: list[Source], plan: _Plan, exclude: np.ndarra
     """The file `_encode` writes for the merged run, through `out` (seekable), a range at a time: the
     prefixes and records go to their places as each range is merged; the fence (8 bytes per FENCE_EVERY
     entries) is held until the end; the filter is written as its words are complete."""
-    n = plan.n
-    fence = np.zeros(-(-n // FENCE_EVERY), dtype=PREFIX)
-    words = -(-n // FILTER_KEYS)
-    at_filter = HEADER + fence.nbytes
-    at_prefix = at_filter + 8 * words
-    at_record = at_prefix + PREFIX.itemsize * n
-    out.write(MAGIC + struct.pack("<QQQQ", n, FENCE_EVERY, words, FILTER_BITS))
+    at = Layout.of(plan.n)
+    fence = np.zeros(at.blocks, dtype=PREFIX)
+    out.write(at.head())
     done = 0
     carry = (-1, np.uint64(0))  # the last filter word of the previous range (the next may add to it)
     merged_ranges = [plan.only] if plan.only is not None else _ranges(sources, plan.edges, exclude)
@@ -383,37 +432,35 @@ def _write(out: BinaryIO, sources: list[Source], plan: _Plan, exclude: np.ndarra
         m = len(p)
         if not m:
             continue
-        out.seek(at_prefix + PREFIX.itemsize * done)
+        out.seek(at.prefix_at + PREFIX.itemsize * done)
         out.write(p.astype(PREFIX, copy=False).data)
         records = np.empty(m, dtype=RECORD)
         records["rest"], records["day"] = r, d
-        out.seek(at_record + RECORD.itemsize * done)
+        out.seek(at.record_at + RECORD.itemsize * done)
         out.write(records.data)
         start = -(-done // FENCE_EVERY) * FENCE_EVERY  # the first fence entry in this range
         fence[start // FENCE_EVERY:(done + m + FENCE_EVERY - 1) // FENCE_EVERY] = p[start - done::FENCE_EVERY]
-        at, bits = _filter_bits(p, r, words)
-        first = np.flatnonzero(np.concatenate([[True], at[1:] != at[:-1]]))
-        index, value = at[first], np.bitwise_or.reduceat(bits, first)
+        index, value = _filter_words(p, r, at.words)
         if index[0] == carry[0]:
             value[0] |= carry[1]
         elif carry[0] >= 0:
-            _put_words(out, at_filter, carry[0], np.array([carry[1]], dtype=np.uint64))
+            _put_words(out, at, carry[0], np.array([carry[1]], dtype=np.uint64))
         block = np.zeros(int(index[-1] - index[0]), dtype=np.uint64)  # words up to the last (it may grow)
         block[index[:-1] - index[0]] = value[:-1]
-        _put_words(out, at_filter, int(index[0]), block)
+        _put_words(out, at, int(index[0]), block)
         carry = (int(index[-1]), value[-1])
         done += m
     if carry[0] >= 0:
-        _put_words(out, at_filter, carry[0], np.array([carry[1]], dtype=np.uint64))
+        _put_words(out, at, carry[0], np.array([carry[1]], dtype=np.uint64))
     out.seek(HEADER)
     out.write(fence.data)
-    if done != n:
-        raise AssertionError(f"key index merge wrote {done} entries of {n}")
+    if done != at.n:
+        raise AssertionError(f"key index merge wrote {done} entries of {at.n}")
 
 
-def _put_words(out: BinaryIO, at_filter: int, index: int, words: np.ndarray) -> None:
+def _put_words(out: BinaryIO, at: Layout, index: int, words: np.ndarray) -> None:
     if len(words):
-        out.seek(at_filter + 8 * index)
+        out.seek(at.filter_at + PREFIX.itemsize * index)
         out.write(words.astype(PREFIX, copy=False).data)
 
 

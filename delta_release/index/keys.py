@@ -51,7 +51,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-import struct
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from typing import Any
@@ -69,12 +68,12 @@ from .keyfile import (
     GONE,
     HASH,
     HEADER,
-    MAGIC,
     NULL_DAY,
     PREFIX,
     RECORD,
     Gone,
     Keys,
+    Layout,
     Run,
     Source,
     _argsort,
@@ -162,18 +161,15 @@ def _find_ranged(read: Callable[[list[tuple[int, int]]], list[bytes]], path: str
     hash) and its keys' blocks (~9 KiB each), not the file (36 bytes per hash)."""
     found = np.zeros(len(queries), dtype=bool)
     (head,) = read([(0, HEADER)])
-    if len(head) < HEADER or head[:len(MAGIC)] != MAGIC:
-        raise ValueError(f"not a key index file: {path}")
-    n, every, words, bits = struct.unpack("<QQQQ", head[len(MAGIC):HEADER])
-    if not n or not len(queries):
+    at = Layout.read(head, path)
+    if not at.n or not len(queries):
         return found, np.zeros(0, dtype=DAY)
-    blocks = -(-n // every)
-    (meta,) = read([(HEADER, HEADER + PREFIX.itemsize * (blocks + words))])
-    fence = np.frombuffer(meta, dtype=PREFIX, count=blocks)
-    fltr = np.frombuffer(meta, dtype=PREFIX, count=words, offset=fence.nbytes)
+    (meta,) = read([(HEADER, at.prefix_at)])
+    fence = np.frombuffer(meta, dtype=PREFIX, count=at.blocks)
+    fltr = np.frombuffer(meta, dtype=PREFIX, count=at.words, offset=fence.nbytes)
     qp, qr = _prefix(queries), _rest(queries)
-    at, want = _filter_bits(qp, qr, words, bits)
-    maybe = np.flatnonzero((fltr[at] & want) == want)
+    word, want = _filter_bits(qp, qr, at.words, at.bits)
+    maybe = np.flatnonzero((fltr[word] & want) == want)
     if not len(maybe):
         return found, np.zeros(0, dtype=DAY)
     first = np.searchsorted(fence, qp[maybe])
@@ -187,18 +183,16 @@ def _find_ranged(read: Callable[[list[tuple[int, int]]], list[bytes]], path: str
         return found, np.zeros(0, dtype=DAY)
     # consecutive blocks read as one range of prefixes and one of records
     cut = np.flatnonzero(np.diff(chosen_blocks) != 1) + 1
-    runs = [(int(r[0]) * every, min((int(r[-1]) + 1) * every, n)) for r in np.split(chosen_blocks, cut)]
-    at_prefix = HEADER + len(meta)
-    at_record = at_prefix + PREFIX.itemsize * n
-    ranges = [(at_prefix + PREFIX.itemsize * a, at_prefix + PREFIX.itemsize * b) for a, b in runs]
-    ranges += [(at_record + RECORD.itemsize * a, at_record + RECORD.itemsize * b) for a, b in runs]
+    runs = [(int(r[0]) * at.every, min((int(r[-1]) + 1) * at.every, at.n)) for r in np.split(chosen_blocks, cut)]
+    ranges = [(at.prefix_at + PREFIX.itemsize * a, at.prefix_at + PREFIX.itemsize * b) for a, b in runs]
+    ranges += [(at.record_at + RECORD.itemsize * a, at.record_at + RECORD.itemsize * b) for a, b in runs]
     data = read(ranges)
     rows = sum(b - a for a, b in runs)
     if [len(x) for x in data] != [e - s for s, e in ranges]:
         raise ValueError(f"key index file cut short: {path}")
     prefix = np.frombuffer(b"".join(data[:len(runs)]), dtype=PREFIX, count=rows)
     records = np.frombuffer(b"".join(data[len(runs):]), dtype=RECORD, count=rows)
-    read_rows = Keys(prefix, records["rest"], records["day"], fence, every, fltr, bits).run()
+    read_rows = Keys(prefix, records["rest"], records["day"], fence, at.every, fltr, at.bits).run()
     hit, days = _find(_keys(read_rows), queries[maybe])
     found[maybe[hit]] = True
     return found, days
