@@ -28,6 +28,7 @@ from ..context import TableContext
 from ..index.keyfile import DAY, NULL_DAY
 from ..index.keys import ABSENT
 from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
+from ..storage import Storage
 from ..views import partition_filter
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, fold_joined, prior_columns, read_rows_from
 
@@ -85,34 +86,60 @@ def read_entry(ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.
 
 def scan_tagged(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], buckets: int
                 ) -> pl.DataFrame | None:
-    """Every row of `entries` in one Polars scan (it reads the files in parallel; a read per file costs
-    ~2 ms of dispatch on a few-thousand-row file): the row columns, BUCKET_COLUMN from each file's tag under
-    `buckets` (null: untagged) and PATH_COLUMN. None where the files cannot be scanned so (an object store,
-    a path listed twice, files Polars cannot read as one dataset): the caller reads them one by one."""
-    if not entries or not ctx.storage.is_local:
+    """Every row of `entries` in one scan (the files are read in parallel; a read per file costs ~2 ms of
+    dispatch on a few-thousand-row file, and on an object store a round trip or two): the row columns,
+    BUCKET_COLUMN from each file's tag under `buckets` (null: untagged) and PATH_COLUMN. None where the
+    files cannot be scanned together (a path listed twice, files of differing schemas): the caller reads
+    them one by one."""
+    if not entries:
         return None
     part, ptype = cols.partition, cols.row_schema[cols.partition]
     storage = ctx.storage
-    full = [str(storage.local_path(e.path)) for e in entries]
+    full = [str(storage.local_path(e.path)) if storage.is_local else storage.full_path(e.path) for e in entries]
     if len(set(full)) < len(full):
+        return None
+    values = [c for c in cols.row_columns if c != part]
+    try:
+        rows = _scan_local(full) if storage.is_local else _scan_dataset(storage, full, values)
+    except (pl.exceptions.PolarsError, pa.ArrowException, OSError, KeyError):  # e.g. differing schemas
         return None
     files = pl.DataFrame({
         PATH_COLUMN: [e.path for e in entries],
         part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
                         dtype=pl.String).cast(ptype),
         BUCKET_COLUMN: pl.Series([bucket_of_path(e.path, buckets) for e in entries], dtype=pl.Int32)})
-    values = [c for c in cols.row_columns if c != part]
-    # Each row's file as its place in `full` (an Enum of the paths), then the file's values gathered by
-    # it: a join of the rows with the file table on the path string cost ~7 ms more at 70k rows.
+    # Each row's file as its place in `full`, then the file's values gathered by it: a join of the rows
+    # with the file table on the path string cost ~7 ms more at 70k rows.
     try:
-        return (pl.scan_parquet(full, include_file_paths="__file", hive_partitioning=False)
-                .with_columns(pl.col("__file").cast(pl.Enum(full)).to_physical())
-                .select(*values, *[pl.lit(files[c]).gather(pl.col("__file")).alias(c) for c in files.columns])
+        return (rows.select(*values, *[pl.lit(files[c]).gather(pl.col(FILE_COLUMN)).alias(c) for c in files.columns])
                 .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
                 .cast(cols.row_schema)  # type: ignore[arg-type]
                 .collect())
-    except pl.exceptions.PolarsError:  # e.g. files of differing schemas: read one by one, as before
+    except pl.exceptions.PolarsError:
         return None
+
+
+FILE_COLUMN = "__file"  # in memory only: a scanned row's file, as its place in the list scanned
+
+
+def _scan_local(full: list[str]) -> pl.LazyFrame:
+    return (pl.scan_parquet(full, include_file_paths=FILE_COLUMN, hive_partitioning=False)
+            .with_columns(pl.col(FILE_COLUMN).cast(pl.Enum(full)).to_physical()))
+
+
+def _scan_dataset(storage: Storage, full: list[str], values: list[str]) -> pl.LazyFrame:
+    """The files (an object store's paths) through one pyarrow dataset scan: its fragments are fetched
+    concurrently, and each batch says which file it came from."""
+    place = {path: i for i, path in enumerate(full)}
+    scanner = ds.dataset(full, filesystem=storage.fs, format="parquet").scanner(columns=values)
+    batches, where = [], []
+    for tagged in scanner.scan_batches():
+        batches.append(tagged.record_batch)
+        where.append(np.full(tagged.record_batch.num_rows, place[tagged.fragment.path], dtype=np.uint32))
+    frame = pl.from_arrow(pa.Table.from_batches(batches, schema=scanner.projected_schema))
+    assert isinstance(frame, pl.DataFrame)
+    index = np.concatenate(where) if where else np.zeros(0, dtype=np.uint32)
+    return frame.with_columns(pl.Series(FILE_COLUMN, index)).lazy()
 
 
 class _Kept:
