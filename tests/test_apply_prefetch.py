@@ -158,8 +158,8 @@ def test_days_over_the_budget_are_read_in_scans_not_file_by_file(tmp_path: Path,
     batch = [up(f"o{i}", 5000 + i, amount=7_000 + i, day=40 + i % 3) for i in range(0, 1200, 7)]
     batch += [rm(f"o{i}", 9000 + i, None) for i in range(3, 1200, 29)] + [up("new", 9999, amount=1, day=41)]
     report = lake.ingest(jsonl(batch))  # 227 events against days of 400 rows each (24 files)
-    assert report.accepted == len(batch) and len(report.removed) == 24
-    assert (alone == []) == scans and (len(alone) >= 24 or scans)
+    assert report.accepted == len(batch) and report.removed
+    assert alone == [] if scans else len(set(alone)) == 24  # (the lookup reads every file of the days)
     events += batch
     want = {k: (v["amount_cents"], v["event_day"], v["position"])
             for k, v in reference_fold([{**e, "currency": e.get("currency", "INR")} for e in events]).items()}
