@@ -134,3 +134,35 @@ def test_every_batch_on_the_large_batch_path_gives_the_reference_fold(tmp_path: 
     lake.replay(all_batches=True)
     assert _current(lake) == want
     assert lake.scan("orders", include_tombstones=True).collect()["order_id"].is_unique().all()
+
+
+@pytest.mark.parametrize("scans", [True, False])
+def test_days_over_the_budget_are_read_in_scans_not_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  scans: bool) -> None:
+    """A large batch whose days hold more rows than the kept-rows budget: the lookup reads the files a chunk
+    at a time in one scan each (keeping what fits) and the rewrite reads a day's remaining files in one
+    scan, so no file on local disk is read on its own. With the scans unavailable (an object store, files
+    Polars cannot read together) every file is read on its own instead. Both give the reference fold."""
+    monkeypatch.setattr(bucketed, "PREFETCH_KEYS_PER_BUCKET", 0)
+    monkeypatch.setattr(bucketed, "KEPT_MIN_ROWS", 0)
+    monkeypatch.setattr(bucketed, "READ_CHUNK_FILES", 2)  # ~100 rows a chunk: the first two kept, later ones not
+    if not scans:
+        monkeypatch.setattr(bucketed, "scan_tagged", lambda *a: None)
+    alone: list[str] = []
+    real = bucketed.read_entry
+    monkeypatch.setattr(bucketed, "read_entry", lambda ctx, cols, e: alone.append(e.path) or real(ctx, cols, e))
+    lake = dr.Lake.create(tmp_path / "lake")
+    events = [up(f"o{i}", 1 + i, amount=i, day=40 + i % 3) for i in range(1200)]
+    lake.ingest(jsonl(events))
+    alone.clear()
+    batch = [up(f"o{i}", 5000 + i, amount=7_000 + i, day=40 + i % 3) for i in range(0, 1200, 7)]
+    batch += [rm(f"o{i}", 9000 + i, None) for i in range(3, 1200, 29)] + [up("new", 9999, amount=1, day=41)]
+    report = lake.ingest(jsonl(batch))  # 227 events against days of 400 rows each (24 files)
+    assert report.accepted == len(batch) and report.removed
+    assert alone == [] if scans else len(set(alone)) == 24  # (the lookup reads every file of the days)
+    events += batch
+    want = {k: (v["amount_cents"], v["event_day"], v["position"])
+            for k, v in reference_fold([{**e, "currency": e.get("currency", "INR")} for e in events]).items()}
+    assert _current(lake) == want
+    every = lake.scan("orders", include_tombstones=True).collect()
+    assert every.height == 1201 and every["order_id"].is_unique().all()  # one row per order, none repeated

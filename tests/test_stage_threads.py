@@ -67,3 +67,32 @@ def test_first_file_alone_then_a_failure_removes_every_file(tmp_path: Path, monk
         _stage(tmp_path)
     assert on_disk_at_first_crash_point == [1]
     assert _parquet(tmp_path) == []
+
+
+def test_the_gate_checks_on_threads_and_names_the_first_bad_file_in_order(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import delta_release.stage.gate as gate_mod
+    from delta_release.errors import GateError
+
+    storage, candidate = _stage(tmp_path)
+    for ev in (candidate.files[9], candidate.files[3]):  # two files changed after staging: the 4th names the error
+        (tmp_path / ev.path).write_bytes(b"x" * ev.size)
+    threads: set[str] = set()
+    real = gate_mod.check_file
+
+    def watched(storage: Storage, ev: cand_mod.FileEvidence) -> tuple[str, str] | None:
+        threads.add(threading.current_thread().name)
+        return real(storage, ev)
+
+    monkeypatch.setattr(gate_mod, "check_file", watched)
+    with pytest.raises(GateError) as err:
+        gate_candidate(storage, candidate)
+    assert err.value.path == candidate.files[3].path and err.value.mismatch == "checksum_mismatch"
+    assert len(threads) > 1 and all(t.startswith("gate") for t in threads)
+    threads.clear()  # files as large as the byte budget: one at a time, on the caller's thread
+    monkeypatch.setattr(gate_mod, "GATE_BYTES", max(ev.size for ev in candidate.files))
+    with pytest.raises(GateError):
+        gate_candidate(storage, candidate)
+    assert threads == {threading.current_thread().name}

@@ -92,3 +92,21 @@ def test_a_bad_limit_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_MAX_LINE, "lots")
     with pytest.raises(dr.errors.InputError, match=ENV_MAX_LINE):
         decode_batch(b"{}\n")
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(data=st.binary(max_size=300), block=st.integers(1, 40))
+def test_block_scans_equal_whole_array_scans(data: bytes, block: int) -> None:
+    """line_starts, positions and count_byte scan SCAN_BLOCK bytes at a time (no chunk-sized temporary):
+    the same answers as one comparison over the whole array, for blocks that cut anywhere."""
+    import numpy as np
+
+    from delta_release.contract import lines
+
+    arr = np.frombuffer(data, dtype=np.uint8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lines, "SCAN_BLOCK", block)
+        for byte in (10, ord(":"), 0):
+            assert lines.positions(arr, byte).tolist() == np.flatnonzero(arr == byte).tolist()
+            assert lines.count_byte(arr, byte) == data.count(bytes([byte]))
+        assert lines.line_starts(data).tolist() == [0, *[i + 1 for i, b in enumerate(data) if b == 10]]

@@ -28,13 +28,17 @@ from ..context import TableContext
 from ..index.keyfile import DAY, NULL_DAY
 from ..index.keys import ABSENT
 from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
+from ..storage import Storage
 from ..views import partition_filter
 from .fold import ApplyPlan, Columns, day_order, dedupe_events, fold, fold_joined, prior_columns, read_rows_from
 
 READ_CHUNK_FILES = 64  # files read at once while looking up the prior rows of the batch's keys
 
-# Rows of parent files kept between the prior-row lookup and the rewrite: at most the batch's row count and
-# this cap (about 30 MB), so a large part of a backfill does not raise the ingest's peak memory much.
+# Rows of parent files kept between the prior-row lookup and the rewrite: the batch's row count, at least
+# KEPT_MIN_ROWS (about 6 MB: an hourly batch of 1,000 events into days of a few thousand rows reads them in
+# one scan, where a budget of its own size sent it file by file, 2-3x slower) and at most KEPT_MAX_ROWS
+# (about 30 MB), so a large part of a backfill does not raise the ingest's peak memory much.
+KEPT_MIN_ROWS = 100_000
 KEPT_MAX_ROWS = 500_000
 PREFETCH_KEYS_PER_BUCKET = 64  # events per bucket from which a batch's days' files are read while hashing
 
@@ -80,6 +84,64 @@ def read_entry(ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.
     return out.cast(cols.row_schema)  # type: ignore[arg-type]
 
 
+def scan_tagged(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], buckets: int
+                ) -> pl.DataFrame | None:
+    """Every row of `entries` in one scan (the files are read in parallel; a read per file costs ~2 ms of
+    dispatch on a few-thousand-row file, and on an object store a round trip or two): the row columns,
+    BUCKET_COLUMN from each file's tag under `buckets` (null: untagged) and PATH_COLUMN. None where the
+    files cannot be scanned together (a path listed twice, files of differing schemas): the caller reads
+    them one by one."""
+    if not entries:
+        return None
+    part, ptype = cols.partition, cols.row_schema[cols.partition]
+    storage = ctx.storage
+    full = [str(storage.local_path(e.path)) if storage.is_local else storage.full_path(e.path) for e in entries]
+    if len(set(full)) < len(full):
+        return None
+    values = [c for c in cols.row_columns if c != part]
+    try:
+        rows = _scan_local(full) if storage.is_local else _scan_dataset(storage, full, values)
+    except (pl.exceptions.PolarsError, pa.ArrowException, OSError, KeyError):  # e.g. differing schemas
+        return None
+    files = pl.DataFrame({
+        PATH_COLUMN: [e.path for e in entries],
+        part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
+                        dtype=pl.String).cast(ptype),
+        BUCKET_COLUMN: pl.Series([bucket_of_path(e.path, buckets) for e in entries], dtype=pl.Int32)})
+    # Each row's file as its place in `full`, then the file's values gathered by it: a join of the rows
+    # with the file table on the path string cost ~7 ms more at 70k rows.
+    try:
+        return (rows.select(*values, *[pl.lit(files[c]).gather(pl.col(FILE_COLUMN)).alias(c) for c in files.columns])
+                .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
+                .cast(cols.row_schema)  # type: ignore[arg-type]
+                .collect())
+    except pl.exceptions.PolarsError:
+        return None
+
+
+FILE_COLUMN = "__file"  # in memory only: a scanned row's file, as its place in the list scanned
+
+
+def _scan_local(full: list[str]) -> pl.LazyFrame:
+    return (pl.scan_parquet(full, include_file_paths=FILE_COLUMN, hive_partitioning=False)
+            .with_columns(pl.col(FILE_COLUMN).cast(pl.Enum(full)).to_physical()))
+
+
+def _scan_dataset(storage: Storage, full: list[str], values: list[str]) -> pl.LazyFrame:
+    """The files (an object store's paths) through one pyarrow dataset scan: its fragments are fetched
+    concurrently, and each batch says which file it came from."""
+    place = {path: i for i, path in enumerate(full)}
+    scanner = ds.dataset(full, filesystem=storage.fs, format="parquet").scanner(columns=values)
+    batches, where = [], []
+    for tagged in scanner.scan_batches():
+        batches.append(tagged.record_batch)
+        where.append(np.full(tagged.record_batch.num_rows, place[tagged.fragment.path], dtype=np.uint32))
+    frame = pl.from_arrow(pa.Table.from_batches(batches, schema=scanner.projected_schema))
+    assert isinstance(frame, pl.DataFrame)
+    index = np.concatenate(where) if where else np.zeros(0, dtype=np.uint32)
+    return frame.with_columns(pl.Series(FILE_COLUMN, index)).lazy()
+
+
 class _Kept:
     """Rows of parent files the lookup of prior rows read, kept for the rewrite of the same files (so a
     replaced file is read once), up to `budget` rows in all: memory stays bounded by the batch.
@@ -107,8 +169,10 @@ class _Kept:
 
     def prefetch(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry],
                  buckets: int | None = None) -> None:
-        """Read `entries` ahead, while the budget lasts (with `buckets`: in one scan when they fit)."""
-        if buckets and self._read_whole(ctx, cols, entries, buckets):
+        """Read `entries` ahead, while the budget lasts. With `buckets`: in one scan when they all fit, else
+        nothing here (the lookup reads them a chunk at a time, keeping what fits: `read_tagged`)."""
+        if buckets:
+            self._read_whole(ctx, cols, entries, buckets)
             return
         for e in entries:
             if self.budget <= 0:
@@ -117,29 +181,14 @@ class _Kept:
 
     def _read_whole(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], buckets: int) -> bool:
         counts = [e.num_records for e in entries]
-        if not entries or not ctx.storage.is_local or None in counts or sum(c or 0 for c in counts) > self.budget:
+        if None in counts or sum(c or 0 for c in counts) > self.budget:
             return False
-        part, ptype = cols.partition, cols.row_schema[cols.partition]
-        storage = ctx.storage  # (a new Storage object on every access)
-        full = [str(storage.local_path(e.path)) for e in entries]
-        if len(set(full)) < len(full):
+        whole = scan_tagged(ctx, cols, entries, buckets)
+        if whole is None:
             return False
-        files = pl.DataFrame({
-            PATH_COLUMN: [e.path for e in entries],
-            part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
-                            dtype=pl.String).cast(ptype),
-            BUCKET_COLUMN: pl.Series([bucket_of_path(e.path, buckets) for e in entries], dtype=pl.Int32)})
-        values = [c for c in cols.row_columns if c != part]
-        # Each row's file as its place in `full` (an Enum of the paths), then the file's values gathered by
-        # it: a join of the rows with the file table on the path string cost ~7 ms more at 70k rows.
-        self.whole = (pl.scan_parquet(full, include_file_paths="__file", hive_partitioning=False)
-                      .with_columns(pl.col("__file").cast(pl.Enum(full)).to_physical())
-                      .select(*values, *[pl.lit(files[c]).gather(pl.col("__file")).alias(c) for c in files.columns])
-                      .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
-                      .cast(cols.row_schema)  # type: ignore[arg-type]
-                      .collect())
+        self.whole = whole
         self.in_whole = {e.path for e in entries}
-        self.budget -= self.whole.height
+        self.budget -= whole.height
         return True
 
     def drop_rows(self, positions: np.ndarray) -> None:
@@ -170,18 +219,36 @@ class _Kept:
         inside = [e.path for e in entries if e.path in self.in_whole]
         if inside and self.whole is not None:
             rows = self.whole.filter(pl.col(PATH_COLUMN).is_in(pl.Series(inside, dtype=pl.String).implode()))
-            rows = rows.drop(PATH_COLUMN)
-            untagged = rows.filter(pl.col(BUCKET_COLUMN).is_null())
-            if untagged.height:
-                rows = pl.concat([rows.filter(pl.col(BUCKET_COLUMN).is_not_null()),
-                                  with_buckets(untagged.drop(BUCKET_COLUMN), cols.key, n, hasher)])
-            parts.append(rows)
-        for e in entries:
-            if e.path in self.in_whole:
+            parts.append(_bucketed(rows.drop(PATH_COLUMN), cols.key, n, hasher))
+        rest = [e for e in entries if e.path not in self.in_whole]
+        unread = [e for e in rest if e.path not in self.rows]
+        scanned = scan_tagged(ctx, cols, unread, n) if len(unread) > 1 else None
+        for e in rest:
+            if scanned is not None and e.path not in self.rows:
                 continue
             b = bucket_of_path(e.path, n)
             rows = self.take(ctx, cols, e)
             parts.append(with_buckets(rows, cols.key, n, hasher) if b is None else _tagged(rows, b))
+        if scanned is not None:
+            parts.append(_bucketed(scanned.drop(PATH_COLUMN), cols.key, n, hasher))
+        return pl.concat(parts)
+
+    def read_tagged(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], n: int
+                    ) -> pl.DataFrame:
+        """Every row of `entries` with BUCKET_COLUMN from its file's tag (null: untagged): the kept files from
+        memory, the others in one scan (kept, file by file, when they fit the budget)."""
+        parts = [_tagged(cols.empty(), None)]
+        unread = [e for e in entries if e.path not in self.rows]
+        scanned = scan_tagged(ctx, cols, unread, n)
+        for e in entries:
+            if scanned is None or e.path in self.rows:
+                parts.append(_tagged(self.read(ctx, cols, e), bucket_of_path(e.path, n)))
+        if scanned is not None:
+            if scanned.height <= self.budget:
+                for (path,), frame in scanned.partition_by(PATH_COLUMN, as_dict=True).items():
+                    self.rows[str(path)] = frame.drop(PATH_COLUMN, BUCKET_COLUMN)
+                self.budget -= scanned.height
+            parts.append(scanned.drop(PATH_COLUMN))
         return pl.concat(parts)
 
     def read(self, ctx: TableContext, cols: Columns, entry: _delta.FileEntry) -> pl.DataFrame:
@@ -235,9 +302,7 @@ def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry
     for start in range(0, len(files), READ_CHUNK_FILES):
         entries = files[start:start + READ_CHUNK_FILES]
         if tag_buckets is not None:
-            frames = [(e, kept.read(ctx, cols, e) if kept is not None else read_entry(ctx, cols, e)) for e in entries]
-            chunk = pl.concat([_tagged(cols.empty(), None),
-                               *[_tagged(f, bucket_of_path(e.path, tag_buckets)) for e, f in frames]])
+            chunk = (kept if kept is not None else _Kept(budget=0)).read_tagged(ctx, cols, entries, tag_buckets)
         elif kept is None or (kept.budget <= 0 and not any(e.path in kept.rows for e in entries)):
             chunk = read_entries(ctx, cols, entries)
         else:
@@ -248,6 +313,16 @@ def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry
 
 def _tagged(frame: pl.DataFrame, bucket: int | None) -> pl.DataFrame:
     return frame.with_columns(pl.lit(bucket, dtype=pl.Int32).alias(BUCKET_COLUMN))
+
+
+def _bucketed(rows: pl.DataFrame, key: str, n: int, hasher: Hasher) -> pl.DataFrame:
+    """`rows` (with BUCKET_COLUMN from their files' tags) with the rows of untagged files (null) given the
+    bucket of their key's hash."""
+    untagged = rows.filter(pl.col(BUCKET_COLUMN).is_null())
+    if not untagged.height:
+        return rows
+    return pl.concat([rows.filter(pl.col(BUCKET_COLUMN).is_not_null()),
+                      with_buckets(untagged.drop(BUCKET_COLUMN), key, n, hasher)])
 
 
 def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
@@ -273,7 +348,8 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     files = _Files(ctx, parent, cols)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
-    kept = _Kept(budget=min(events.height, KEPT_MAX_ROWS))  # touched days' files: usually the ones rewritten
+    # rows of the touched days' files (usually the ones rewritten), kept for the rewrite within the budget
+    kept = _Kept(budget=min(max(events.height, KEPT_MIN_ROWS), KEPT_MAX_ROWS))
     if events.height >= PREFETCH_KEYS_PER_BUCKET * n:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
         # none of k keys is ((n-1)/n)^k): all their files are read first, and a key found in a tagged file

@@ -27,6 +27,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from .lines import blocks, count_byte, positions
+
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "order_id": pl.String(),
     "position": pl.Int64(),
@@ -96,7 +98,7 @@ def _bytes_within(values: pl.Series, lo: int, hi: int) -> bool:
         return True
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
     held = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-    return not np.count_nonzero((held < lo) | (held > hi))
+    return not any(np.count_nonzero((part < lo) | (part > hi)) for _, part in blocks(held))
 
 
 def _rules(frame: pl.DataFrame | None = None) -> pl.Expr:
@@ -185,12 +187,12 @@ class _Bytes:
         self._picked: bytes | None = None  # the bytes of the lines `within` is asked about
 
     def total(self, byte: bytes) -> int:
-        return int(np.count_nonzero(self.arr == byte[0])) if byte in self.data else 0
+        return count_byte(self.arr, byte[0]) if byte in self.data else 0
 
     def per_line(self, byte: bytes) -> np.ndarray:
         if byte not in self.data:
             return np.zeros(len(self.starts) - 1, dtype=np.int64)
-        return np.diff(np.searchsorted(np.flatnonzero(self.arr == byte[0]), self.starts))
+        return np.diff(np.searchsorted(positions(self.arr, byte[0]), self.starts))
 
     def within(self, byte: bytes, lines: np.ndarray, mask: np.ndarray) -> int:
         """In `lines` (0-based indices; `mask` the same as a bool per line; the same lines at every call)."""

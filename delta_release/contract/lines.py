@@ -52,12 +52,35 @@ def byte_limit(value: int | None, env_name: str, default: int, what: str) -> int
     return value
 
 
+# Byte scans go a block at a time: a comparison of a whole 16 MiB chunk makes a 16 MiB temporary, a fresh
+# mapping each time (ingest fixes glibc's mmap threshold at 1 MiB, _malloc.py) whose page faults cost
+# more than the comparison (measured on the 12.9 MB apply batch: a count 4-18 ms whole, 1.5-2 ms by blocks).
+SCAN_BLOCK = 1 << 18
+
+
+def blocks(arr: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(offset, slice) of `arr` in SCAN_BLOCK pieces."""
+    for start in range(0, len(arr), SCAN_BLOCK):
+        yield start, arr[start:start + SCAN_BLOCK]
+
+
+def count_byte(arr: np.ndarray, byte: int) -> int:
+    """How many elements of the uint8 array `arr` equal `byte`."""
+    return sum(int(np.count_nonzero(part == byte)) for _, part in blocks(arr))
+
+
+def positions(arr: np.ndarray, byte: int) -> np.ndarray:
+    """Where the uint8 array `arr` holds `byte` (int64, ascending)."""
+    found = [np.flatnonzero(part == byte) + start for start, part in blocks(arr)]
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+
 def line_starts(data: bytes) -> np.ndarray:
     """Start offsets of the lines of `data` (every line ends in '\\n'), plus len(data) at the end."""
-    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    nl = positions(np.frombuffer(data, dtype=np.uint8), 10)
     starts = np.empty(len(nl) + 1, dtype=np.int64)
     starts[0] = 0
-    starts[1:] = nl + 1
+    np.add(nl, 1, out=starts[1:])
     return starts
 
 
