@@ -87,6 +87,11 @@ def test_the_gate_checks_on_threads_and_names_the_first_bad_file_in_order(tmp_pa
         return real(storage, ev)
 
     monkeypatch.setattr(gate_mod, "check_file", watched)
+    with pytest.raises(GateError):  # local disk: one at a time, on the caller's thread
+        gate_candidate(storage, candidate)
+    assert threads == {threading.current_thread().name}
+    threads.clear()
+    monkeypatch.setattr(gate_mod, "GATE_THREADS_LOCAL", 4)  # as on an object store: on threads
     with pytest.raises(GateError) as err:
         gate_candidate(storage, candidate)
     assert err.value.path == candidate.files[3].path and err.value.mismatch == "checksum_mismatch"

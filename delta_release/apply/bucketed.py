@@ -167,17 +167,10 @@ class _Kept:
         frame = self.rows.pop(entry.path, None)
         return read_entry(ctx, cols, entry) if frame is None else frame
 
-    def prefetch(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry],
-                 buckets: int | None = None) -> None:
-        """Read `entries` ahead, while the budget lasts. With `buckets`: in one scan when they all fit, else
-        nothing here (the lookup reads them a chunk at a time, keeping what fits: `read_tagged`)."""
-        if buckets:
-            self._read_whole(ctx, cols, entries, buckets)
-            return
-        for e in entries:
-            if self.budget <= 0:
-                return
-            self.keep(e.path, read_entry(ctx, cols, e))
+    def prefetch(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], buckets: int) -> None:
+        """Read `entries` ahead in one scan when they all fit the budget (`whole`); else nothing here: the
+        lookup reads them a chunk at a time, keeping what fits (`read_tagged`)."""
+        self._read_whole(ctx, cols, entries, buckets)
 
     def _read_whole(self, ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry], buckets: int) -> bool:
         counts = [e.num_records for e in entries]
@@ -293,20 +286,18 @@ class _Files:
 
 def _rows_of_keys(ctx: TableContext, cols: Columns, files: list[_delta.FileEntry], keys: pl.DataFrame,
                   kept: _Kept | None = None, *, tag_buckets: int | None = None) -> pl.DataFrame:
-    """The rows of `keys` in `files`, reading a chunk of files at a time (each file's rows kept in `kept`
-    while its budget lasts). With `tag_buckets` each row carries BUCKET_COLUMN: the bucket its file's name
-    carries under that count (every row of a tagged file hashes to it), null for an untagged file."""
+    """The rows of `keys` in `files`, reading a chunk of files at a time. With `tag_buckets` each row carries
+    BUCKET_COLUMN: the bucket its file's name carries under that count (every row of a tagged file hashes
+    to it), null for an untagged file; and the files' rows are kept in `kept` while its budget lasts."""
     if tag_buckets is not None and kept is not None and kept.covers(files) and kept.whole is not None:
         return kept.whole.join(keys, on=cols.key, how="semi").drop(PATH_COLUMN)
     found = [cols.empty() if tag_buckets is None else _tagged(cols.empty(), None)]
     for start in range(0, len(files), READ_CHUNK_FILES):
         entries = files[start:start + READ_CHUNK_FILES]
-        if tag_buckets is not None:
+        if tag_buckets is not None:  # in one scan, kept (file by file) while the budget lasts
             chunk = (kept if kept is not None else _Kept(budget=0)).read_tagged(ctx, cols, entries, tag_buckets)
-        elif kept is None or (kept.budget <= 0 and not any(e.path in kept.rows for e in entries)):
-            chunk = read_entries(ctx, cols, entries)
         else:
-            chunk = pl.concat([cols.empty(), *[kept.read(ctx, cols, e) for e in entries]])
+            chunk = read_entries(ctx, cols, entries)
         found.append(chunk.join(keys, on=cols.key, how="semi"))
     return pl.concat(found)
 
@@ -378,7 +369,8 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
     else:  # a small batch: its keys' buckets first, then only those buckets' files
         keys = keyed(events[key], n, hasher)  # key, its keyed hash, its bucket: each key hashed once
         wanted = set(keys[BUCKET_COLUMN].unique().to_list())
-        found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], distinct, kept)
+        found = _rows_of_keys(ctx, cols, [e for d in touched for e in files.holding(d, wanted, n)], distinct, kept,
+                              tag_buckets=n).drop(BUCKET_COLUMN)  # (read in scans, kept file by file)
         unresolved = keys.join(found.select(key), on=key, how="anti")  # never found: all of them hashed above
     prior = found
     if unresolved.height:
