@@ -80,16 +80,19 @@ def test_the_gate_checks_on_threads_and_names_the_first_bad_file_in_order(tmp_pa
     for ev in (candidate.files[9], candidate.files[3]):  # two files changed after staging: the 4th names the error
         (tmp_path / ev.path).write_bytes(b"x" * ev.size)
     threads: set[str] = set()
+    checked: list[str] = []
     real = gate_mod.check_file
 
     def watched(storage: Storage, ev: cand_mod.FileEvidence) -> tuple[str, str] | None:
         threads.add(threading.current_thread().name)
+        checked.append(ev.path)
         return real(storage, ev)
 
     monkeypatch.setattr(gate_mod, "check_file", watched)
-    with pytest.raises(GateError):  # local disk: one at a time, on the caller's thread
+    with pytest.raises(GateError):  # local disk: one at a time, on the caller's thread, up to the first bad file
         gate_candidate(storage, candidate)
     assert threads == {threading.current_thread().name}
+    assert checked == [ev.path for ev in candidate.files[:4]]
     threads.clear()
     monkeypatch.setattr(gate_mod, "GATE_THREADS_LOCAL", 4)  # as on an object store: on threads
     with pytest.raises(GateError) as err:

@@ -99,10 +99,6 @@ def scan_tagged(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry
     if len(set(full)) < len(full):
         return None
     values = [c for c in cols.row_columns if c != part]
-    try:
-        rows = _scan_local(full) if storage.is_local else _scan_dataset(storage, full, values)
-    except (pl.exceptions.PolarsError, pa.ArrowException, OSError, KeyError):  # e.g. differing schemas
-        return None
     files = pl.DataFrame({
         PATH_COLUMN: [e.path for e in entries],
         part: pl.Series([None if (t := e.partition_values.get(part)) is None else str(t) for e in entries],
@@ -111,11 +107,12 @@ def scan_tagged(ctx: TableContext, cols: Columns, entries: list[_delta.FileEntry
     # Each row's file as its place in `full`, then the file's values gathered by it: a join of the rows
     # with the file table on the path string cost ~7 ms more at 70k rows.
     try:
+        rows = _scan_local(full) if storage.is_local else _scan_dataset(storage, full, values)
         return (rows.select(*values, *[pl.lit(files[c]).gather(pl.col(FILE_COLUMN)).alias(c) for c in files.columns])
                 .select(*cols.row_columns, BUCKET_COLUMN, PATH_COLUMN)
                 .cast(cols.row_schema)  # type: ignore[arg-type]
                 .collect())
-    except pl.exceptions.PolarsError:
+    except (pl.exceptions.PolarsError, pa.ArrowException, OSError, KeyError):  # e.g. differing schemas
         return None
 
 
@@ -216,9 +213,7 @@ class _Kept:
         rest = [e for e in entries if e.path not in self.in_whole]
         unread = [e for e in rest if e.path not in self.rows]
         scanned = scan_tagged(ctx, cols, unread, n) if len(unread) > 1 else None
-        for e in rest:
-            if scanned is not None and e.path not in self.rows:
-                continue
+        for e in rest if scanned is None else [e for e in rest if e.path in self.rows]:  # the kept, or all
             b = bucket_of_path(e.path, n)
             rows = self.take(ctx, cols, e)
             parts.append(with_buckets(rows, cols.key, n, hasher) if b is None else _tagged(rows, b))
@@ -233,9 +228,8 @@ class _Kept:
         parts = [_tagged(cols.empty(), None)]
         unread = [e for e in entries if e.path not in self.rows]
         scanned = scan_tagged(ctx, cols, unread, n)
-        for e in entries:
-            if scanned is None or e.path in self.rows:
-                parts.append(_tagged(self.read(ctx, cols, e), bucket_of_path(e.path, n)))
+        for e in entries if scanned is None else [e for e in entries if e.path in self.rows]:  # the kept, or all
+            parts.append(_tagged(self.read(ctx, cols, e), bucket_of_path(e.path, n)))
         if scanned is not None:
             if scanned.height <= self.budget:
                 for (path,), frame in scanned.partition_by(PATH_COLUMN, as_dict=True).items():

@@ -7,9 +7,11 @@ from storage and refuses the commit, naming the file and the mismatch, before an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
@@ -67,18 +69,28 @@ GATE_BYTES = 64 << 20  # file bytes held at once (each check reads its file whol
 
 def gate_candidate(storage: Storage, candidate: Candidate) -> None:
     """Raise GateError for the first file (in the candidate's order) that does not match; the commit must not
-    happen then. The files are checked on threads (one after another on an object store, each check's HEAD
-    and GET cost the candidate's file count in round trips), as many as hold GATE_BYTES of the largest file."""
+    happen then. On local disk the files are checked one after another, stopping at the first bad one; on an
+    object store on threads (each check's HEAD and GET would otherwise cost the candidate's file count in
+    round trips), as many as hold GATE_BYTES of the largest file, the checks still pending dropped on a
+    failure."""
     files = candidate.files
     largest = max((ev.size for ev in files), default=0)
     workers = min(len(files), GATE_THREADS_LOCAL if storage.is_local else GATE_THREADS_REMOTE,
                   max(1, GATE_BYTES // max(largest, 1)))
+    check = functools.partial(check_file, storage)
     if workers <= 1:
-        found = [check_file(storage, ev) for ev in files]
-    else:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gate") as pool:
-            found = list(pool.map(lambda ev: check_file(storage, ev), files))
-    for ev, bad in zip(files, found, strict=True):
+        _raise_first(candidate, map(check, files))
+        return
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gate")
+    try:
+        _raise_first(candidate, pool.map(check, files))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _raise_first(candidate: Candidate, found: Iterator[tuple[str, str] | None]) -> None:
+    """GateError for the first mismatch of `found` (each file's check, in the candidate's order)."""
+    for ev, bad in zip(candidate.files, found, strict=True):
         if bad is not None:
             code, detail = bad
             raise GateError(f"gate failed for {ev.path}: {code}: {detail}", path=ev.path, mismatch=code,
