@@ -23,7 +23,7 @@ from .erasure.pending import PendingItem, pending_all
 from .erasure.vacuumlog import missing_files_error
 from .errors import InputError
 from .gateway.catalog import Catalog, Publication
-from .gateway.lake_catalog import catalog_for
+from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, describe_catalog
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
@@ -80,12 +80,14 @@ class Lake(LakeContext):
         storage = Storage(os.fspath(uri), storage_options)
         use_system_arrow_pool()  # before the first table read: Arrow's mimalloc keeps freed pages (_malloc.py)
         created = open_root(storage, create=create)
-        if catalog is None:
-            catalog = catalog_for(storage)  # gateway/lake_catalog.py: lake-resident for s3://, env selects
+        if catalog is None:  # gateway/lake_catalog.py: lake-resident for s3://, env selects
+            catalog = catalog_for(storage, new_lake=created)
         if freshness not in ("refresh", "error"):
             raise InputError(f"unknown freshness policy {freshness!r} (refresh or error)")
         lake = cls(storage, catalog=catalog, clock=clock or SystemClock(),
                    tables=load_table_defs(tables_dir or DEFAULT_TABLES_DIR), freshness=freshness)
+        if not created:
+            _check_own_catalog(lake)  # before anything is registered or published in it
         for table in lake.tables.values():
             lake.catalog.register(table.name, location=lake.default_location(table), kind=table.kind)
         default = lake.tables[DEFAULT_TABLE]
@@ -189,3 +191,24 @@ class Lake(LakeContext):
         """Pending evidence for every erased subject: what still holds it, and until when."""
         return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
+
+
+def _check_own_catalog(lake: Lake) -> None:
+    """Refuse a catalog that is not the existing lake's own: one that publishes nothing of the default
+    table while the table has commits (e.g. `DELTA_RELEASE_CATALOG=lake` on a lake that publishes to its
+    SQLite file). Opening would register the tables in it and publish version 0, and every reader would
+    then see an empty table (InputError, exit 2; nothing is written)."""
+    if lake.catalog.current(DEFAULT_TABLE) is not None:
+        return
+    entry = lake.catalog.table(DEFAULT_TABLE)
+    location = entry.location if entry is not None else lake.default_location(lake.tables[DEFAULT_TABLE])
+    latest = _delta.latest_version(lake.resolve_location(location), lake.storage.storage_options)
+    if not latest:
+        return  # no commit beyond the empty table: nothing to hide (a lake whose creation was cut short)
+    hint = ("move the lake's SQLite catalog into the lake with `delta-release catalog migrate`"
+            if isinstance(lake.catalog, LakeCatalog) and lake.storage.is_local
+            and lake.storage.local_path(SQLITE_PATH).is_file()
+            else f"unset {CATALOG_ENV} or point it at the catalog this lake publishes to")
+    raise InputError(f"the catalog ({describe_catalog(lake.catalog)}) has no publication of {DEFAULT_TABLE}, "
+                     f"whose table is at version {latest}: it is not this lake's catalog; {hint}",
+                     uri=lake.storage.root)

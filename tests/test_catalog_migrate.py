@@ -100,3 +100,35 @@ def test_migrate_an_s3_lake_from_its_local_sqlite(s3server: S3Server, tmp_path: 
     reader = dr.Lake.open(uri, storage_options=s3server.options)  # no catalog given: the lake's own
     assert pubs(reader.catalog) == pubs(lake.catalog)
     assert reader.read()["order_id"].to_list() == ["a", "b"]
+
+
+def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """DELTA_RELEASE_CATALOG pointing an existing lake at another catalog (`lake` before a migration, a
+    SQLite path that does not exist, `memory`) used to register the tables there and publish version 0:
+    every reader then saw an empty table, and the lake's default switched to that catalog. Now: exit 2
+    naming the catalog, no file written, and the lake still reads what it published."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("a", 1), up("b", 2, day=48)]))
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    for choice, says in (("lake", "catalog migrate"), ("memory", f"unset {CATALOG_ENV}"),
+                         ("typo.sqlite", "names no SQLite file")):
+        for args in (("status",), ("read",)):
+            out = cli(str(root), *args, env={CATALOG_ENV: choice})
+            assert out.returncode == 2, (choice, args, out.stdout, out.stderr)
+            assert says in json.loads(out.stdout)["error"]["message"]
+        monkeypatch.setenv(CATALOG_ENV, choice)
+        with pytest.raises(dr.InputError, match="catalog"):
+            dr.Lake.open(root)
+        monkeypatch.delenv(CATALOG_ENV)
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+    assert not (tmp_path / "typo.sqlite").exists()
+    out = cli(str(root), "read")
+    assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a", "b"]
+    # a new lake may still be created with a catalog file of its own choosing
+    monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "new.sqlite"))
+    assert dr.Lake.create(tmp_path / "other").ingest(jsonl([up("c", 1)])).version == 1
+    assert (tmp_path / "new.sqlite").is_file()

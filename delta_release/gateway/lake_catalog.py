@@ -241,11 +241,20 @@ class LakeCatalog:
             self._point(name, self.storage.read_bytes(self._pub_path(name, pub.generation)))
 
 
+def describe_catalog(catalog: Catalog) -> str:
+    """The catalog in a few words, for messages."""
+    if isinstance(catalog, SqliteCatalog):
+        return f"SQLite file {catalog.path}"
+    if isinstance(catalog, LakeCatalog):
+        return f"lake-resident, {catalog.storage.uri(ROOT)}"
+    return type(catalog).__name__
+
+
 def has_lake_catalog(storage: Storage) -> bool:
     return storage.exists(MARKER)
 
 
-def catalog_for(storage: Storage, env: Mapping[str, str] | None = None) -> Catalog:
+def catalog_for(storage: Storage, env: Mapping[str, str] | None = None, *, new_lake: bool = False) -> Catalog:
     """The catalog a lake uses when the caller passes none (Lake.open(catalog=...) always wins).
 
     `DELTA_RELEASE_CATALOG` selects: `lake` (lake-resident), `sqlite` (the lake's own
@@ -253,6 +262,8 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None) -> Catal
     that already holds a lake-resident catalog (its `_catalog/format.json`, e.g. after `catalog
     migrate`) and every `s3://` lake use the lake-resident catalog; other local lakes keep SQLite, the
     one-machine default that existing lakes were created with (no migration forced on them).
+    A path that names no file is refused for an existing lake (`new_lake` False): a new, empty catalog
+    would hide every publication the lake has (a typo must not create one).
     """
     env = os.environ if env is None else env
     choice = (env.get(CATALOG_ENV) or "").strip()
@@ -266,6 +277,9 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None) -> Catal
                              uri=storage.root)
         return SqliteCatalog(storage.local_path(SQLITE_PATH))
     if choice:
+        if not new_lake and not Path(choice).is_file():
+            raise InputError(f"{CATALOG_ENV}={choice} names no SQLite file; an existing lake opens with the "
+                             "catalog it publishes to (a new file is made only with a new lake)", path=choice)
         return SqliteCatalog(Path(choice))
     if not storage.is_local or has_lake_catalog(storage):
         return LakeCatalog(storage)
