@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _delta
-from .errors import DeltaReleaseError, InputError
+from .errors import DeltaReleaseError, InputError, NotFoundError
 from .views import current_rows
 
 if TYPE_CHECKING:
@@ -41,6 +41,13 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     """Audit evidence at `version` (default: published). `unpublished_ok` lets a release run audit its
     candidate version before publication; readers never get that. `staged`: audit a staged candidate's
     file set instead (a release run's, before it commits); `version` is then its parent."""
+    tdef = lake.tables.get(table)
+    if tdef is None:
+        raise NotFoundError(f"audit reads the lake's own tables ({', '.join(sorted(lake.tables))}), not {table!r}",
+                            table=table)
+    if not tdef.partition.endswith("day"):
+        raise InputError(f"audit --days reads day partitions; table {table!r} is partitioned by {tdef.partition!r}",
+                         table=table)
     entries: list[_delta.FileEntry] | None = None
     if staged is not None:
         uri, version, entries = staged.uri, staged.parent, staged.entries
@@ -54,7 +61,6 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     else:
         uri, version = lake.gateway.resolve(table, version)
         lf = lake.gateway.scan(table, version)
-    tdef = lake.tables[table]
     part = tdef.partition
     store = lake.table_storage(table)
     if entries is None:

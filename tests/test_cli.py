@@ -47,3 +47,37 @@ def test_python_dash_m_and_options_after_the_command(tmp_path) -> None:  # type:
     Lake.create(tmp_path / "l")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) ["rows"] == []
+
+
+def test_a_rust_panic_goes_through_the_funnel(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A published data file overwritten with garbage makes Polars panic (pyo3's PanicException is a
+    BaseException, which the funnel's `except Exception` let through as a Python traceback): exit 1 and
+    the one-line internal error, on stdout as JSON and on stderr as text; no Python traceback."""
+    lake = Lake.create(tmp_path / "l")
+    lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", "amount_cents": 5, '
+                b'"event_day": 3, "currency": "EUR"}\n')
+    (damaged,) = (tmp_path / "l" / "orders").rglob("*.parquet")
+    damaged.write_bytes(b"garbage\n")
+    for args in (["--json", "read"], ["read"]):
+        res = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "l"), *args],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 1, res.stderr
+        assert "Traceback" not in res.stderr
+        if "--json" in args:
+            error = json.loads(res.stdout)["error"]
+            assert error["type"] == "DeltaReleaseError" and error["message"].startswith("internal error: Panic")
+        else:
+            assert res.stderr.rstrip().splitlines()[-1].startswith("error: internal error: Panic")
+
+
+def test_replay_with_an_id_and_all_and_audit_of_an_hourly_table_are_usage_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`replay ID --all` used to ignore the id and replay everything; `audit --days` on the hourly telemetry
+    table compared hours with days and answered 0 candidates: both are exit 2 now, naming what is wrong."""
+    Lake.create(tmp_path / "l")
+    runner = CliRunner()
+    cases = ((["replay", "abc", "--all"], "not both"), (["audit", "--days", "47:48", "--table", "telemetry"], "'hour'"),
+             (["audit", "--days", "47:48", "--table", "nope"], "not 'nope'"))
+    for args, says in cases:
+        res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", *args])
+        assert res.exit_code == 2 and says in json.loads(res.stdout)["error"]["message"], (args, res.output)
+    assert runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "audit", "--days", "47:48"]).exit_code == 0

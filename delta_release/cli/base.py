@@ -55,12 +55,20 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         except click.ClickException:
             raise
         except Exception as exc:  # noqa: BLE001 - the one funnel for unexpected errors
-            if opts.debug:
-                traceback.print_exc()
-            internal = DeltaReleaseError(f"internal error: {type(exc).__name__}: {_one_line(str(exc))}")
-            fail(opts, internal)
+            internal_error(opts, exc)
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":  # KeyboardInterrupt, SystemExit, ...
+                raise
+            internal_error(opts, exc)  # a Rust panic in Polars or delta-rs (pyo3's, a BaseException)
 
     return wrapper
+
+
+def internal_error(opts: Options, exc: BaseException) -> None:
+    """An unexpected error as one line (exit 1): its type and the first line of its message."""
+    if opts.debug:
+        traceback.print_exception(exc)
+    fail(opts, DeltaReleaseError(f"internal error: {type(exc).__name__}: {_one_line(str(exc))}"))
 
 
 def _one_line(text: str) -> str:

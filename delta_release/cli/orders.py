@@ -47,6 +47,8 @@ def replay(opts: Options, batch_id: str | None, all_batches: bool) -> None:
     """Re-apply retained raw batches (idempotent)."""
     if not batch_id and not all_batches:
         raise InputError("replay needs a BATCH_ID or --all")
+    if batch_id and all_batches:
+        raise InputError(f"replay takes a BATCH_ID or --all, not both (got {batch_id!r} and --all)")
     reports = [r.to_json() for r in open_lake(opts).replay(batch_id, all_batches=all_batches)]
     payload = reports[0] if batch_id and len(reports) == 1 else {"batches": reports}
     emit(opts, payload, "\n".join(_batch_text(r) for r in reports) or "no raw batches")
