@@ -328,3 +328,17 @@ def test_subject_key_is_hmac_sha256_under_the_lake_secret(key: bytes) -> None:
     assert ledger.subject_digests(subjects) == b"".join(
         hmac.new(key, s.encode("utf-8"), hashlib.sha256).digest() for s in subjects)
     assert ledger.subject_digests([]) == b""
+
+
+def test_pending_evidence_keeps_the_retention_the_erasure_was_asked_with(history_lake: dr.Lake) -> None:
+    """`erase --raw-retention-days 2 --backup-expiry-days 0` is recorded in the subject's ledger entry, so
+    `status` and `erasure_pending()` later give the same answer as the erase report (they used the
+    defaults: backups pending for 35 days, raw batches for 30)."""
+    lake = history_lake
+    report = lake.erase(SUBJECT, raw_retention_days=2, backup_expiry_days=None)
+    later = lake.erasure_pending()  # defaults in the call: the entry's own settings win
+    for pending in (report.pending, later):
+        assert "backup" not in [p["kind"] for p in pending]
+        assert {p["until"] for p in pending if p["kind"] == "raw_batch"} == {"2026-12-01T12:00:00.000Z"}
+    entry = lake.erasures.entries()[0]
+    assert entry.retention == {"raw_days": 2, "backup_days": 0.0}

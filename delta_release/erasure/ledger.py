@@ -61,6 +61,9 @@ class ErasureEntry:
     raw_batches: list[str] = field(default_factory=list)  # raw batch ids whose bytes hold the subject
     rows_removed: int = 0
     owner: str | None = None  # "<host tag>-<pid>" of the erasing process while pending (never an id)
+    # the request's retention: {"raw_days": float, "backup_days": float (0: no backups)}; None before it
+    # was recorded (entries of earlier versions), then the defaults apply
+    retention: dict[str, float] | None = None
 
     @property
     def done(self) -> bool:

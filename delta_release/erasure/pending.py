@@ -52,7 +52,11 @@ def raw_batches_holding(lake: LakeContext, subject_id: str) -> list[str]:
 
 def pending_for(lake: LakeContext, entry: ErasureEntry, *, raw_retention_days: float = RAW_RETENTION_DAYS,
                 backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[dict[str, Any]]:
-    """What still holds `entry`'s subject now, each with `what` and `until` (ISO time)."""
+    """What still holds `entry`'s subject now, each with `what` and `until` (ISO time). The retention the
+    erasure was requested with, recorded in its entry, wins over the arguments (the defaults)."""
+    if entry.retention is not None:
+        raw_retention_days = entry.retention.get("raw_days", raw_retention_days)
+        backup_expiry_days = entry.retention.get("backup_days", backup_expiry_days)
     now = lake.clock.now()
     erased_at = _parse(entry.erased_at)
     out: list[dict[str, Any]] = []
