@@ -81,3 +81,17 @@ def test_replay_with_an_id_and_all_and_audit_of_an_hourly_table_are_usage_errors
         res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", *args])
         assert res.exit_code == 2 and says in json.loads(res.stdout)["error"]["message"], (args, res.output)
     assert runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "audit", "--days", "47:48"]).exit_code == 0
+
+
+def test_durations_past_what_dates_hold_are_usage_errors_before_any_commit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`erase --backup-expiry-days 99999999999` committed the erasure, then overflowed (exit 1); `vacuum`
+    with 1e300 hours overflowed too. Every duration option is capped at a million days or hours (exit 2)."""
+    lake = Lake.create(tmp_path / "l")
+    lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", "amount_cents": 5, '
+                b'"event_day": 3, "currency": "EUR"}\n')
+    runner = CliRunner()
+    for args in (["erase", "a", "--backup-expiry-days", "99999999999"], ["erase", "a", "--raw-retention-days", "1e7"],
+                 ["vacuum", "--replay-horizon-hours", "1e300"], ["vacuum", "--orphan-grace-hours", "1e300"]):
+        res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), *args])
+        assert res.exit_code == 2 and "1,000,000" in res.output, (args, res.output)
+    assert lake.latest_version("orders") == 1 and lake.erasures.entries() == []
