@@ -23,7 +23,7 @@ from .erasure.pending import PendingItem, pending_all
 from .erasure.vacuumlog import missing_files_error
 from .errors import InputError
 from .gateway.catalog import Catalog, Publication
-from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, describe_catalog
+from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
@@ -194,21 +194,11 @@ class Lake(LakeContext):
 
 
 def _check_own_catalog(lake: Lake) -> None:
-    """Refuse a catalog that is not the existing lake's own: one that publishes nothing of the default
-    table while the table has commits (e.g. `DELTA_RELEASE_CATALOG=lake` on a lake that publishes to its
-    SQLite file). Opening would register the tables in it and publish version 0, and every reader would
-    then see an empty table (InputError, exit 2; nothing is written)."""
-    if lake.catalog.current(DEFAULT_TABLE) is not None:
-        return
-    entry = lake.catalog.table(DEFAULT_TABLE)
-    location = entry.location if entry is not None else lake.default_location(lake.tables[DEFAULT_TABLE])
-    latest = _delta.latest_version(lake.resolve_location(location), lake.storage.storage_options)
-    if not latest:
-        return  # no commit beyond the empty table: nothing to hide (a lake whose creation was cut short)
+    """Refuse a catalog that is not the existing lake's own (gateway/lake_catalog.py `check_own_catalog`):
+    opening would register the tables in it and publish version 0, and every reader would then see an
+    empty table (InputError, exit 2; nothing is written)."""
     hint = ("move the lake's SQLite catalog into the lake with `delta-release catalog migrate`"
             if isinstance(lake.catalog, LakeCatalog) and lake.storage.is_local
             and lake.storage.local_path(SQLITE_PATH).is_file()
             else f"unset {CATALOG_ENV} or point it at the catalog this lake publishes to")
-    raise InputError(f"the catalog ({describe_catalog(lake.catalog)}) has no publication of {DEFAULT_TABLE}, "
-                     f"whose table is at version {latest}: it is not this lake's catalog; {hint}",
-                     uri=lake.storage.root)
+    check_own_catalog(lake.catalog, lake.storage, hint=hint)

@@ -132,3 +132,33 @@ def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(t
     monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "new.sqlite"))
     assert dr.Lake.create(tmp_path / "other").ingest(jsonl([up("c", 1)])).version == 1
     assert (tmp_path / "new.sqlite").is_file()
+
+
+def test_migrate_refuses_a_source_that_is_not_the_lakes_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`catalog migrate --from sqlite` with an empty catalog or a foreign file moved nothing and made the lake's
+    catalog lake-resident: readers then saw version 0 and the real catalog could no longer be moved (exit
+    3). A file that is not SQLite was exit 1. A mistyped --lake got a `_catalog/`. All exit 2 now, nothing
+    written."""
+    import sqlite3
+
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("a", 1)]))
+    empty = SqliteCatalog(tmp_path / "empty.sqlite")  # a catalog with nothing published (what a typo made)
+    not_sqlite = tmp_path / "passwd"
+    not_sqlite.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    foreign = tmp_path / "foreign.sqlite"
+    sqlite3.connect(foreign).executescript("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+    foreign_bytes = foreign.read_bytes()
+    for source, says in ((empty.path, "not this lake's catalog"), (not_sqlite, "not a SQLite catalog"),
+                         (foreign, "not a delta-release SQLite catalog")):
+        out = cli(str(root), "catalog", "migrate", "--from", "sqlite", str(source))
+        assert out.returncode == 2, (source, out.stdout, out.stderr)
+        assert says in json.loads(out.stdout)["error"]["message"]
+        assert not (root / "_catalog" / "format.json").exists()
+    assert foreign.read_bytes() == foreign_bytes
+    out = cli(str(tmp_path / "typo"), "catalog", "migrate", "--from", "sqlite", str(root / "_catalog" / "catalog.sqlite"))
+    assert out.returncode == 2 and not (tmp_path / "typo").exists()
+    out = cli(str(root), "read")
+    assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import click
@@ -29,7 +30,8 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     """
     from ..errors import InputError
     from ..gateway.catalog import SqliteCatalog
-    from ..gateway.lake_catalog import CATALOG_ENV, SQLITE_PATH, LakeCatalog, migrate_catalog
+    from ..gateway.lake_catalog import CATALOG_ENV, SQLITE_PATH, LakeCatalog, check_own_catalog, migrate_catalog
+    from ..lakeroot import open_root
     from ..storage import Storage
 
     options = {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
@@ -45,7 +47,21 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
                          "name it with --from sqlite PATH", uri=storage.root)
     if not path.is_file():
         raise InputError(f"catalog migrate: no SQLite catalog at {path}", path=str(path))
-    report = migrate_catalog(SqliteCatalog(path), LakeCatalog(storage))
+    open_root(storage, create=False)  # a mistyped --lake gets no `_catalog/` (LakeNotFoundError, exit 2)
+    try:  # read-only first: a file that is not our catalog is neither changed nor taken
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            ours = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"catalog migrate: {path} is not a SQLite catalog ({exc})", path=str(path)) from None
+    if ours is None:
+        raise InputError(f"catalog migrate: {path} is not a delta-release SQLite catalog (no publications table)",
+                         path=str(path))
+    sqlite = SqliteCatalog(path)
+    check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from")
+    report = migrate_catalog(sqlite, LakeCatalog(storage))
     lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
              f"{report['present']} already there"]
     for t in report["tables"]:

@@ -30,8 +30,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import _delta
 from ..errors import DeltaReleaseError, GenerationConflictError, InputError, NotFoundError
 from ..storage import Storage
+from ..tables import DEFAULT_TABLE
 from .catalog import Catalog, MemoryCatalog, Publication, SqliteCatalog, TableEntry
 
 ROOT = "_catalog"
@@ -248,6 +250,23 @@ def describe_catalog(catalog: Catalog) -> str:
     if isinstance(catalog, LakeCatalog):
         return f"lake-resident, {catalog.storage.uri(ROOT)}"
     return type(catalog).__name__
+
+
+def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str) -> None:
+    """Refuse `catalog` as the catalog of the lake at `storage` when it has no publication of the orders
+    table while that table has commits: it is some other catalog (a new, empty one, a mistyped file, a
+    migration's wrong source), and using it would hide everything the lake published (InputError, exit 2,
+    naming the catalog and `hint`)."""
+    if catalog.current(DEFAULT_TABLE) is not None:
+        return
+    entry = catalog.table(DEFAULT_TABLE)
+    location = entry.location if entry is not None else DEFAULT_TABLE
+    uri = location if "://" in location or location.startswith("/") else storage.uri(location)
+    latest = _delta.latest_version(uri, storage.storage_options)
+    if latest:  # (0 or None: no commit beyond the empty table, nothing to hide)
+        raise InputError(f"the catalog ({describe_catalog(catalog)}) has no publication of {DEFAULT_TABLE}, "
+                         f"whose table is at version {latest}: it is not this lake's catalog; {hint}",
+                         uri=storage.root)
 
 
 def has_lake_catalog(storage: Storage) -> bool:
