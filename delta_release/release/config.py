@@ -415,11 +415,17 @@ def _parse_manifests(manifests: list[Path], file: str) -> None:
 
 
 def _writable(packet_dir: Path, file: str) -> None:
-    """Make the packet folder now (the last check of a valid config), so one that cannot be written fails
-    the run before it commits anything, not after it published (exit 1, no packet)."""
+    """The packet folder can be written (the last check of a valid config), so one that cannot fails the
+    run before it commits anything, not after it published (exit 1, no packet). Leaves no trace: a temp
+    file in the folder, or, when it does not exist yet, a temp folder in its nearest existing parent."""
+    existing = packet_dir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
     try:
-        packet_dir.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=packet_dir).close()
+        if existing == packet_dir:
+            tempfile.TemporaryFile(dir=packet_dir).close()
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=existing))
     except OSError as exc:
         raise ConfigError(f"{file}: packet.directory cannot be written: {packet_dir} ({exc.strerror or exc})",
                           file=file, key="packet.directory") from None
