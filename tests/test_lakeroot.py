@@ -88,9 +88,14 @@ def test_writers_create_and_say_so(tmp_path: Path) -> None:
 def test_a_writer_with_a_bad_argument_creates_nothing(tmp_path: Path) -> None:
     bad_manifest = tmp_path / "m.json"
     bad_manifest.write_text('{"table": "orders"}')
+    not_delta = tmp_path / "not-a-table"
+    not_delta.mkdir()
     before = tree(tmp_path)
+    # a manifest that parses, whose objects are not under the mistyped lake (its gate would fail after the
+    # lake was made), and a register whose table fails its gate, made a lake before they failed
     for args in (["ingest", str(tmp_path / "nope.jsonl")], ["publish", str(bad_manifest)],
-                 ["publish", str(tmp_path / "nope.json")]):
+                 ["publish", str(tmp_path / "nope.json")], ["publish", str(MANIFEST)],
+                 ["register", "sales", str(not_delta)], ["register", "sales", str(tmp_path / "missing")]):
         one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lakk"), *args]))
     assert tree(tmp_path) == before
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .base import S3_ENV, Options, command_options, emit
+from .base import Options, command_options, emit, lake_options
 
 
 @click.group()
@@ -34,8 +34,7 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     from ..lakeroot import open_root
     from ..storage import Storage
 
-    options = {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
-    storage = Storage(opts.lake, options)
+    storage = Storage(opts.lake, lake_options(opts))
     if source is not None:
         path = Path(source[1])
     elif os.environ.get(CATALOG_ENV, "") not in ("", "lake", "sqlite", "memory"):
