@@ -80,6 +80,18 @@ class Lake(LakeContext):
         storage = Storage(os.fspath(uri), storage_options)
         use_system_arrow_pool()  # before the first table read: Arrow's mimalloc keeps freed pages (_malloc.py)
         created = open_root(storage, create=create)
+        try:
+            return cls._open(storage, created, clock=clock, tables_dir=tables_dir, catalog=catalog,
+                             freshness=freshness)
+        except OSError as exc:
+            if not created:
+                raise
+            raise InputError(f"cannot create a lake at {storage.root}: {exc.strerror or exc}",
+                             uri=storage.root) from None  # e.g. /proc: a directory nothing can be written in
+
+    @classmethod
+    def _open(cls, storage: Storage, created: bool, *, clock: Clock | None, tables_dir: Path | None,
+              catalog: Catalog | None, freshness: str) -> Lake:
         if catalog is None:  # gateway/lake_catalog.py: lake-resident for s3://, env selects
             catalog = catalog_for(storage, new_lake=created)
         if freshness not in ("refresh", "error"):

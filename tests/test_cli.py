@@ -95,3 +95,14 @@ def test_durations_past_what_dates_hold_are_usage_errors_before_any_commit(tmp_p
         res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), *args])
         assert res.exit_code == 2 and "1,000,000" in res.output, (args, res.output)
     assert lake.latest_version("orders") == 1 and lake.erasures.entries() == []
+
+
+def test_a_damaged_raw_batch_is_refused_with_exit_3(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A raw batch whose bytes no longer match their sha256 was exit 1 on replay: it is a safety refusal."""
+    lake = Lake.create(tmp_path / "l")
+    report = lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", '
+                         b'"amount_cents": 5, "event_day": 3, "currency": "EUR"}\n')
+    (raw,) = (tmp_path / "l" / "_raw").glob("*.jsonl")
+    raw.write_bytes(raw.read_bytes()[:20])
+    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "replay", report.batch_id])
+    assert res.exit_code == 3 and "damaged" in json.loads(res.stdout)["error"]["message"], res.output

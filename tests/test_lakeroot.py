@@ -203,3 +203,25 @@ def test_s3_lake_whose_bucket_is_gone(s3server: S3Server, tmp_path: Path) -> Non
     assert "holds no lake" in out.stderr and "Traceback" not in out.stderr
     buckets = [b["Name"] for b in client.list_buckets().get("Buckets", [])]
     assert bucket not in buckets  # nothing re-created the bucket or the key
+
+
+def test_a_lake_that_cannot_be_made_or_reached_is_one_line_exit_2(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--lake /proc ingest` failed with exit 1 (FileNotFoundError /proc/_catalog); an s3:// endpoint
+    that does not answer said "holds no lake" for readers (a typo hunt) and exit 1 for writers."""
+    import socket
+
+    batch = tmp_path / "b.jsonl"
+    batch.write_bytes(jsonl([up("a", 1)]))
+    if Path("/proc").is_dir():
+        assert "cannot create a lake at /proc" in one_line_refusal(
+            CliRunner().invoke(cli, ["--lake", "/proc", "ingest", str(batch)]))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "t",
+                 "AWS_SECRET_ACCESS_KEY": "t", "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    for args in (["status"], ["ingest", str(batch)]):
+        line = one_line_refusal(CliRunner().invoke(cli, ["--lake", "s3://bucket/lake", *args]))
+        assert "cannot read the lake at s3://bucket/lake" in line and "holds no lake" not in line
