@@ -106,3 +106,16 @@ def test_a_damaged_raw_batch_is_refused_with_exit_3(tmp_path) -> None:  # type: 
     raw.write_bytes(raw.read_bytes()[:20])
     res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "replay", report.batch_id])
     assert res.exit_code == 3 and "damaged" in json.loads(res.stdout)["error"]["message"], res.output
+
+
+def test_status_names_each_commit_as_history_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`status` said WRITE (the Delta operation) for every commit of ours, where `history` says ingest."""
+    lake = Lake.create(tmp_path / "l")
+    lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", "amount_cents": 5, '
+                b'"event_day": 3, "currency": "EUR"}\n', publish=False)
+    runner = CliRunner()
+    status = json.loads(runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "status"]).stdout)
+    history = json.loads(runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "history"]).stdout)
+    orders = next(t for t in status["tables"] if t["table"] == "orders")
+    assert orders["latest"]["operation"] == history["versions"][-1]["operation"] == "ingest"
+    assert [u["operation"] for u in orders["unpublished"]] == ["ingest"]

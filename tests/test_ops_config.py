@@ -194,9 +194,13 @@ def test_status_shows_the_held_run(held) -> None:  # type: ignore[no-untyped-def
     assert orders["published"]["version"] == 0 and orders["latest"]["version"] == 0
     assert orders["unpublished_count"] == 0 and orders["unpublished"] == []
     assert s["last_run"]["decision"] == "hold" and s["last_run"]["packet"] == json.loads(res.stdout)["packet"]
+    # the run's own answer and status agree: a hold committed no version (status said the parent's)
+    assert s["last_run"]["snapshot"]["version"] is None and json.loads(res.stdout)["snapshot"]["version"] is None
+    assert s["last_run"]["snapshot"]["parent"] == 0
     assert s["erasures"] == [] and orders["vacuum_debt"]["files"] == 0
     text = CliRunner().invoke(cli, ["--lake", lake, "status"]).output
     assert "committed but not published" not in text and "HOLD" in text and "rejected_overall" in text
+    assert "nothing committed" in text
 
 
 def test_thresholds_can_be_relaxed(tmp_path: Path) -> None:
