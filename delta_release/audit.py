@@ -8,6 +8,7 @@ through the gateway must equal the current rows read from the candidate files al
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -23,13 +24,15 @@ if TYPE_CHECKING:
     from .context import LakeContext
 
 
+_DAYS = re.compile(r"([0-9]{1,10})(?::([0-9]{1,10}))?")
+
+
 def parse_days(spec: str) -> tuple[int, int]:
     """'47:48' -> (47, 48); a single day '47' -> (47, 47)."""
-    try:
-        first, _, last = spec.partition(":")
-        a, b = int(first), int(last or first)
-    except ValueError:
-        raise InputError(f"--days must look like A:B with integer days, got {spec!r}", days=spec) from None
+    m = _DAYS.fullmatch(spec) if isinstance(spec, str) else None
+    if m is None:  # (int() would take "1_0", " 47" and other scripts' digits)
+        raise InputError(f"--days must look like A:B with integer days, got {spec!r}", days=spec)
+    a, b = int(m.group(1)), int(m.group(2) or m.group(1))
     if a < 0 or b < a:
         raise InputError(f"--days {spec!r}: need 0 <= A <= B", days=spec)
     return a, b

@@ -119,3 +119,19 @@ def test_status_names_each_commit_as_history_does(tmp_path) -> None:  # type: ig
     orders = next(t for t in status["tables"] if t["table"] == "orders")
     assert orders["latest"]["operation"] == history["versions"][-1]["operation"] == "ingest"
     assert [u["operation"] for u in orders["unpublished"]] == ["ingest"]
+
+
+def test_loose_arguments_that_were_taken_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`audit --days 1_0:20` and other scripts' digits were read as numbers (int() takes them); `ingest ""`
+    said "batch file is a directory: ."; a manifest with a key twice was read last-one-wins."""
+    Lake.create(tmp_path / "l")
+    runner = CliRunner()
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"table": "telemetry", "table": "orders"}')
+    for args, says in ((["audit", "--days", "1_0:20"], "A:B"), (["audit", "--days", "\u0664\u0667"], "A:B"),
+                       (["audit", "--days", " 47"], "A:B"), (["ingest", ""], "batch path is empty"),
+                       (["gate", str(manifest)], "appears twice")):
+        res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", *args])
+        assert res.exit_code == 2 and says in json.loads(res.stdout)["error"]["message"], (args, res.output)
+    res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "audit", "--days", "47"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["days"] == [47, 47]

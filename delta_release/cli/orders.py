@@ -22,10 +22,13 @@ def _batch_text(r: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("batch", type=click.Path(path_type=Path))
+@click.argument("path", metavar="BATCH", type=str)
 @command_options
-def ingest(opts: Options, batch: Path) -> None:
+def ingest(opts: Options, path: str) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
+    if not path.strip():  # (Path("") is ".": "batch file is a directory: ." said nothing useful)
+        raise InputError("batch path is empty", path=path)
+    batch = Path(path)
     if not batch.is_file():  # before the lake is opened: a bad argument creates nothing
         what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
         raise InputError(f"batch file {what}: {batch}", path=str(batch))
