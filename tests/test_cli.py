@@ -49,25 +49,42 @@ def test_python_dash_m_and_options_after_the_command(tmp_path) -> None:  # type:
     assert json.loads(out.stdout) ["rows"] == []
 
 
-def test_a_rust_panic_goes_through_the_funnel(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A published data file overwritten with garbage makes Polars panic (pyo3's PanicException is a
-    BaseException, which the funnel's `except Exception` let through as a Python traceback): exit 1 and
-    the one-line internal error, on stdout as JSON and on stderr as text; no Python traceback."""
+def test_a_rust_panic_goes_through_the_funnel(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """pyo3's PanicException (a Rust panic in Polars or delta-rs) is a BaseException, which the funnel's
+    `except Exception` let through as a Python traceback: exit 1 and the one-line internal error now."""
+    import polars as pl
+
+    from delta_release.lake import Lake as LakeClass
+
+    Lake.create(tmp_path / "l")
+
+    def panics(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise pl.exceptions.PanicException("assertion failed: range.end as u64 <= self.size")
+
+    monkeypatch.setattr(LakeClass, "history", panics)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "history"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    error = json.loads(res.stdout)["error"]
+    assert error["type"] == "DeltaReleaseError" and error["message"].startswith("internal error: PanicException")
+    res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "history"])
+    assert res.exit_code == 1 and res.stderr.startswith("error: internal error: PanicException")
+
+
+def test_a_damaged_data_file_is_refused_naming_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A published data file overwritten with garbage made Polars panic (exit 1, a Rust backtrace and a
+    Python traceback); a deleted one was already a clean exit 3. Now the damaged file is named: its size on
+    storage is not the size its log entry records (GateError, exit 3)."""
     lake = Lake.create(tmp_path / "l")
     lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", "amount_cents": 5, '
                 b'"event_day": 3, "currency": "EUR"}\n')
     (damaged,) = (tmp_path / "l" / "orders").rglob("*.parquet")
     damaged.write_bytes(b"garbage\n")
-    for args in (["--json", "read"], ["read"]):
-        res = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "l"), *args],
-                             capture_output=True, text=True, timeout=120)
-        assert res.returncode == 1, res.stderr
-        assert "Traceback" not in res.stderr
-        if "--json" in args:
-            error = json.loads(res.stdout)["error"]
-            assert error["type"] == "DeltaReleaseError" and error["message"].startswith("internal error: Panic")
-        else:
-            assert res.stderr.rstrip().splitlines()[-1].startswith("error: internal error: Panic")
+    res = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "l"), "--json", "read"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
+    error = json.loads(res.stdout)["error"]
+    assert error["type"] == "GateError" and error["mismatch"] == "size" and damaged.name in error["path"]
 
 
 def test_replay_with_an_id_and_all_and_audit_of_an_hourly_table_are_usage_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -77,7 +77,9 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
         try:
             frame = (lake.gateway.read_duckdb(table, resolved) if engine == "duckdb"
                      else lake.scan(table, resolved).collect())
-        except Exception as exc:  # noqa: BLE001 - files gone from storage: a refusal naming the version
+        except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":  # (pyo3's)
+                raise
             err = missing_files_error(lake, table, resolved, exc)
             if err is exc:
                 raise
