@@ -432,12 +432,14 @@ class Storage:
         if self.is_local:
             return self._move_in(parent, full, data, mode, link=True)
         import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
+        from obstore.exceptions import AlreadyExistsError, PermissionDeniedError, PreconditionError
 
         try:
             with _spooled(data) as body:  # (a memory map: obstore sends it without copying)
                 obstore.put(self._obstore(), rel.strip("/"), body, mode="create")
             return True
+        except PermissionDeniedError as exc:  # an OSError, as on local disk (e.g. read-only credentials)
+            raise PermissionError(f"{self.uri(rel)}: {str(exc).splitlines()[0]}") from None
         except (AlreadyExistsError, PreconditionError):
             # (A PUT retried after a lost response lands here too: callers that must tell "ours" from
             # "theirs" compare the stored bytes, which carry a writer id where it matters.)
