@@ -12,11 +12,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _delta
-from .errors import DeltaReleaseError, InputError, NotFoundError
+from .errors import DeltaReleaseError, GateError, InputError, NotFoundError
 from .views import current_rows
 
 if TYPE_CHECKING:
@@ -75,7 +76,12 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     candidate_paths: list[str] = []
     for e in entries:
         day = e.partition_values.get(part)
-        meta = pq.read_metadata(store.open_input(e.path))
+        try:
+            meta = pq.read_metadata(store.open_input(e.path))
+        except (OSError, pa.ArrowInvalid) as exc:  # truncated or overwritten: say which file (it was exit 1)
+            raise GateError(f"data file {e.path} of {table} version {version} is damaged: its parquet footer "
+                            f"cannot be read ({str(exc).splitlines()[0][:120]})", path=e.path, mismatch="footer",
+                            table=table, version=version) from None
         chunks = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         rg_total += meta.num_row_groups
         chunk_total += chunks

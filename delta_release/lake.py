@@ -8,6 +8,7 @@ into the rooms of the data flow; nothing below imports this module (tests/test_a
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 
 import polars as pl
@@ -22,7 +23,7 @@ from .erasure.erase import ErasureReport, erase_subject
 from .erasure.pending import PendingItem, pending_all
 from .erasure.vacuumlog import missing_files_error
 from .errors import InputError
-from .gateway.catalog import Catalog, Publication
+from .gateway.catalog import Catalog, Publication, SqliteCatalog
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
@@ -99,7 +100,14 @@ class Lake(LakeContext):
         lake = cls(storage, catalog=catalog, clock=clock or SystemClock(),
                    tables=load_table_defs(tables_dir or DEFAULT_TABLES_DIR), freshness=freshness)
         if not created:
-            _check_own_catalog(lake)  # before anything is registered or published in it
+            try:
+                _check_own_catalog(lake)  # before anything is registered or published in it
+            except InputError:
+                if isinstance(lake.catalog, SqliteCatalog) and lake.catalog.created:  # (made just now, empty)
+                    lake.catalog.path.unlink(missing_ok=True)
+                    with suppress(OSError):
+                        lake.catalog.path.parent.rmdir()  # only when empty
+                raise
         for table in lake.tables.values():
             lake.catalog.register(table.name, location=lake.default_location(table), kind=table.kind)
         default = lake.tables[DEFAULT_TABLE]

@@ -76,6 +76,10 @@ def open_root(storage: Storage, *, create: bool) -> bool:
     if not create:
         raise LakeNotFoundError(storage.root)
     if storage.is_local:
+        inside = next((p for p in storage.local_path().parents if holds_lake(Storage(str(p)))), None)
+        if inside is not None:  # e.g. --lake lake/orders: a lake inside a lake's table or raw store
+            raise InputError(f"cannot create a lake at {storage.root}: it is inside the lake at {inside}",
+                             uri=storage.root)
         try:
             storage.local_path().mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -114,18 +114,26 @@ def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(t
     lake = dr.Lake.create(root)
     lake.ingest(jsonl([up("a", 1), up("b", 2, day=48)]))
     before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-    for choice, says in (("lake", "catalog migrate"), ("memory", f"unset {CATALOG_ENV}"),
-                         ("typo.sqlite", "names no SQLite file")):
+    (tmp_path / "notes.sqlite").write_bytes(b"")  # a user's file that is not a catalog: neither changed nor taken
+    for choice, says in (("lake", "catalog migrate"), ("memory", "unreadable afterwards"),
+                         ("typo.sqlite", "names no SQLite file"), ("notes.sqlite", "not a delta-release SQLite"),
+                         ("/etc/passwd", "not a SQLite catalog")):
         for args in (("status",), ("read",)):
             out = cli(str(root), *args, env={CATALOG_ENV: choice})
             assert out.returncode == 2, (choice, args, out.stdout, out.stderr)
             assert says in json.loads(out.stdout)["error"]["message"]
         monkeypatch.setenv(CATALOG_ENV, choice)
-        with pytest.raises(dr.InputError, match="catalog"):
+        with pytest.raises(dr.InputError, match="(?i)catalog"):
             dr.Lake.open(root)
         monkeypatch.delenv(CATALOG_ENV)
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
-    assert not (tmp_path / "typo.sqlite").exists()
+    assert not (tmp_path / "typo.sqlite").exists() and (tmp_path / "notes.sqlite").read_bytes() == b""
+    # a lake that lost its SQLite file: refused, and the refusal leaves no new empty catalog behind
+    (root / "_catalog" / "catalog.sqlite").rename(tmp_path / "kept.sqlite")
+    out = cli(str(root), "status")
+    assert out.returncode == 2 and not (root / "_catalog").exists(), out.stdout
+    (root / "_catalog").mkdir()
+    (tmp_path / "kept.sqlite").rename(root / "_catalog" / "catalog.sqlite")
     out = cli(str(root), "read")
     assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a", "b"]
     # a new lake may still be created with a catalog file of its own choosing
@@ -162,3 +170,26 @@ def test_migrate_refuses_a_source_that_is_not_the_lakes_catalog(tmp_path: Path, 
     assert out.returncode == 2 and not (tmp_path / "typo").exists()
     out = cli(str(root), "read")
     assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a"]
+
+
+def test_migrate_moves_nothing_when_a_name_cannot_be_stored_and_register_refuses_such_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`register "tele metry"` was accepted by a SQLite lake; `catalog migrate` then wrote format.json and
+    the orders records and stopped at that name (exit 2), leaving the lake on a half-built lake catalog.
+    Now register refuses such a name, and migrate checks every name before it writes anything. With an
+    erasure key that is not the lake's, migrate is refused (exit 3) like every other command."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("a", 1)]))
+    for bad in ("tele metry", "a\nb", "\x1b[31mred", "_hidden"):
+        out = cli(str(root), "register", bad, str(root / "orders"))
+        assert out.returncode == 2 and "bad table name" in json.loads(out.stdout)["error"]["message"], bad
+    SqliteCatalog(root / "_catalog" / "catalog.sqlite").register("tele metry", location=str(root / "orders"),
+                                                                 kind="registered")  # as an older version let in
+    out = cli(str(root), "catalog", "migrate")
+    assert out.returncode == 2 and "nothing was moved" in json.loads(out.stdout)["error"]["message"]
+    assert not (root / "_catalog" / "format.json").exists()
+    out = cli(str(root), "catalog", "migrate", env={"DELTA_RELEASE_ERASURE_KEY": "not-the-lakes-key"})
+    assert out.returncode == 3 and json.loads(out.stdout)["error"]["type"] == "ErasureKeyError"
+    assert not (root / "_catalog" / "format.json").exists()

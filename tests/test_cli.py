@@ -152,3 +152,16 @@ def test_loose_arguments_that_were_taken_are_refused(tmp_path) -> None:  # type:
         assert res.exit_code == 2 and says in json.loads(res.stdout)["error"]["message"], (args, res.output)
     res = runner.invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "audit", "--days", "47"])
     assert res.exit_code == 0 and json.loads(res.stdout)["days"] == [47, 47]
+
+
+def test_audit_names_a_damaged_data_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A truncated data file made `audit` exit 1 (ArrowInvalid from the footer read): GateError, exit 3."""
+    lake = Lake.create(tmp_path / "l")
+    lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", "amount_cents": 5, '
+                b'"event_day": 47, "currency": "EUR"}\n')
+    (damaged,) = (tmp_path / "l" / "orders").rglob("*.parquet")
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "l"), "--json", "audit", "--days", "47:48"])
+    assert res.exit_code == 3, res.output
+    error = json.loads(res.stdout)["error"]
+    assert error["type"] == "GateError" and error["mismatch"] == "footer" and damaged.name in error["path"]

@@ -237,6 +237,22 @@ def test_subject_never_seen_is_recorded_and_blocked(lake: dr.Lake) -> None:
     assert again.already_erased and len(lake.erasures.entries()) == 1
 
 
+def test_a_word_of_a_malformed_line_does_not_count_as_a_seen_order(lake: dr.Lake) -> None:
+    """The never-seen guard took any text of a line that could not be read as an event as "seen": `erase
+    upsert` (or `USD`, `47`) went through without force and blocked that id forever. An order named by a
+    malformed line's order_id is still seen, and its raw batch is still reported as holding it."""
+    from delta_release.api_checks import UnknownSubjectError
+
+    lake.ingest(jsonl([up("a", 1)]) + b'{"schema_version": 3, "order_id": "m-1", "position": 2, "kind": "upsert", '
+                b'"amount_cents": 1, "event_day": 47, "currency": "USD"\n')  # (no closing brace)
+    for word in ("upsert", "USD", "47", "schema_version"):
+        with pytest.raises(UnknownSubjectError):
+            lake.erase(word)
+    assert lake.erasures.entries() == []
+    report = lake.erase("m-1")
+    assert [p["kind"] for p in report.pending].count("raw_batch") == 1
+
+
 def test_erase_rejects_bad_ids_without_echoing_them(lake: dr.Lake) -> None:
     with pytest.raises(InputError) as info:
         lake.erase("x" * 500)

@@ -225,3 +225,15 @@ def test_a_lake_that_cannot_be_made_or_reached_is_one_line_exit_2(tmp_path: Path
     for args in (["status"], ["ingest", str(batch)]):
         line = one_line_refusal(CliRunner().invoke(cli, ["--lake", "s3://bucket/lake", *args]))
         assert "cannot read the lake at s3://bucket/lake" in line and "holds no lake" not in line
+
+
+def test_no_lake_is_created_inside_another(tmp_path: Path) -> None:
+    """`--lake L/orders ingest` built a second lake inside the first one's table folder."""
+    dr.Lake.create(tmp_path / "lake").ingest(jsonl([up("a", 1)]))
+    batch = tmp_path / "b.jsonl"
+    batch.write_bytes(jsonl([up("b", 2)]))
+    before = tree(tmp_path)
+    for inner in ("orders", "_raw", "orders/event_day=1/deeper"):
+        line = one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake" / inner), "ingest", str(batch)]))
+        assert "inside the lake at" in line
+    assert tree(tmp_path) == before

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import click
@@ -28,9 +27,17 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     present in both with different content is refused (exit 3). The SQLite file is left in place; from
     now on the lake uses its lake-resident catalog (unless DELTA_RELEASE_CATALOG says otherwise).
     """
+    from ..erasure.ledger import load_key
     from ..errors import InputError
     from ..gateway.catalog import SqliteCatalog
-    from ..gateway.lake_catalog import CATALOG_ENV, SQLITE_PATH, LakeCatalog, check_own_catalog, migrate_catalog
+    from ..gateway.lake_catalog import (
+        CATALOG_ENV,
+        SQLITE_PATH,
+        LakeCatalog,
+        check_own_catalog,
+        migrate_catalog,
+        not_a_catalog,
+    )
     from ..lakeroot import open_root
     from ..storage import Storage
 
@@ -47,17 +54,10 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     if not path.is_file():
         raise InputError(f"catalog migrate: no SQLite catalog at {path}", path=str(path))
     open_root(storage, create=False)  # a mistyped --lake gets no `_catalog/` (LakeNotFoundError, exit 2)
-    try:  # read-only first: a file that is not our catalog is neither changed nor taken
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            ours = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'").fetchone()
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as exc:
-        raise InputError(f"catalog migrate: {path} is not a SQLite catalog ({exc})", path=str(path)) from None
-    if ours is None:
-        raise InputError(f"catalog migrate: {path} is not a delta-release SQLite catalog (no publications table)",
-                         path=str(path))
+    problem = not_a_catalog(path)  # read-only first: a file that is not our catalog is neither changed nor taken
+    if problem:
+        raise InputError(f"catalog migrate: {problem}", path=str(path))
+    load_key(storage, create=False)  # a process whose erasure key is not the lake's writes nothing (exit 3)
     sqlite = SqliteCatalog(path)
     check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from")
     report = migrate_catalog(sqlite, LakeCatalog(storage))

@@ -50,12 +50,13 @@ def load_key(storage: Storage, *, create: bool) -> bytes:
     if env:
         key, source = env.encode(), ENV_KEY
     else:
-        if create and not storage.exists(KEY_PATH):
+        if not storage.exists(KEY_PATH):
             if storage.exists(CHECK_PATH):  # the lake's key came from the environment; a new one cannot match
                 raise ErasureKeyError(f"this lake's erasure key was given by {ENV_KEY} (it has no {KEY_PATH}): "
                                       f"set {ENV_KEY} to it; a new key would let erased orders back",
                                       uri=storage.root)
-            storage.write_once(KEY_PATH, secrets.token_hex(32).encode(), mode=0o600)
+            if create:
+                storage.write_once(KEY_PATH, secrets.token_hex(32).encode(), mode=0o600)
         key, source = storage.read_bytes(KEY_PATH).strip(), KEY_PATH
     _check_key(storage, key, source)
     return key

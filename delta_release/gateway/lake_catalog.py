@@ -34,7 +34,7 @@ from .. import _delta
 from ..errors import DeltaReleaseError, GenerationConflictError, InputError, NotFoundError
 from ..storage import Storage
 from ..tables import DEFAULT_TABLE
-from .catalog import Catalog, MemoryCatalog, Publication, SqliteCatalog, TableEntry
+from .catalog import Catalog, Publication, SqliteCatalog, TableEntry
 
 ROOT = "_catalog"
 TABLES = f"{ROOT}/tables"
@@ -48,7 +48,7 @@ WIDTH = 20
 SQLITE_PATH = f"{ROOT}/catalog.sqlite"
 CATALOG_ENV = "DELTA_RELEASE_CATALOG"
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what a catalog stores
 
 
 def _key(n: int) -> str:
@@ -101,7 +101,7 @@ class LakeCatalog:
     # -- tables ----------------------------------------------------------------------------------
     @staticmethod
     def _check(name: str) -> str:
-        if not _NAME.fullmatch(name):
+        if not TABLE_NAME.fullmatch(name):
             raise InputError(f"table name {name!r} cannot be stored in the lake catalog "
                              "(letters, digits, '_', '.', '-'; at most 128)", table=name)
         return name
@@ -148,7 +148,7 @@ class LakeCatalog:
     def tables(self) -> list[TableEntry]:
         names = sorted({o.path[len(TABLES) + 1:].split("/", 1)[0]
                         for o in self.storage.list(TABLES) if o.path.endswith(".json")})
-        out = [self.table(n) for n in names if _NAME.fullmatch(n)]
+        out = [self.table(n) for n in names if TABLE_NAME.fullmatch(n)]
         return [t for t in out if t is not None]
 
     # -- publications ----------------------------------------------------------------------------
@@ -252,6 +252,24 @@ def describe_catalog(catalog: Catalog) -> str:
     return type(catalog).__name__
 
 
+def not_a_catalog(path: Path) -> str | None:
+    """Why an existing file at `path` is not a delta-release SQLite catalog (read-only: a file that is not
+    one is neither changed nor taken), or None (it is one, or it does not exist yet)."""
+    import sqlite3
+
+    if not path.exists():
+        return None
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            ours = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return f"{path} is not a SQLite catalog ({exc})"
+    return None if ours is not None else f"{path} is not a delta-release SQLite catalog (no publications table)"
+
+
 def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str) -> None:
     """Refuse `catalog` as the catalog of the lake at `storage` when it has no publication of the orders
     table while that table has commits: it is some other catalog (a new, empty one, a mistyped file, a
@@ -288,8 +306,9 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None, *, new_l
     choice = (env.get(CATALOG_ENV) or "").strip()
     if choice == "lake":
         return LakeCatalog(storage)
-    if choice == "memory":
-        return MemoryCatalog()
+    if choice == "memory":  # (the API's catalog=MemoryCatalog() remains, for tests)
+        raise InputError(f"{CATALOG_ENV}=memory would keep the lake's publications in this process only: a "
+                         "lake written so is unreadable afterwards; use lake, sqlite or a SQLite file path")
     if choice == "sqlite":
         if not storage.is_local:
             raise InputError(f"{CATALOG_ENV}=sqlite needs a local lake; give a path to a SQLite file",
@@ -299,6 +318,9 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None, *, new_l
         if not new_lake and not Path(choice).is_file():
             raise InputError(f"{CATALOG_ENV}={choice} names no SQLite file; an existing lake opens with the "
                              "catalog it publishes to (a new file is made only with a new lake)", path=choice)
+        problem = not_a_catalog(Path(choice))
+        if problem:
+            raise InputError(f"{CATALOG_ENV}={choice}: {problem}", path=choice)
         return SqliteCatalog(Path(choice))
     if not storage.is_local or has_lake_catalog(storage):
         return LakeCatalog(storage)
@@ -321,6 +343,11 @@ def migrate_catalog(source: SqliteCatalog, target: LakeCatalog) -> dict[str, Any
                        | {t.name for t in source.tables()})
     finally:
         con.close()
+    unstorable = [n for n in names if not TABLE_NAME.fullmatch(n)]
+    if unstorable:  # before anything is written: a half-moved catalog would become the lake's default
+        raise InputError(f"catalog migrate: table name(s) {', '.join(repr(n[:80]) for n in unstorable)} cannot be "
+                         "stored in the lake catalog (letters, digits, '_', '.', '-'); nothing was moved",
+                         tables=[n[:80] for n in unstorable])
     tables: list[dict[str, Any]] = []
     publications: dict[str, dict[str, list[int]]] = {}
     current: dict[str, dict[str, int] | None] = {}

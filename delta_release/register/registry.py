@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _delta
 from ..errors import InputError, NotFoundError
+from ..gateway.lake_catalog import TABLE_NAME
 from ..storage import Storage
 from .inventory import InventoryReport, check_inventory
 from .problems import log_guard
@@ -57,8 +58,13 @@ def check_source(name: str, uri: str, options: dict[str, str]) -> None:
 
 
 def _check_name(name: str) -> None:
-    if not name or "/" in name or name.startswith(("_", ".")):
-        raise InputError(f"bad table name {name!r}", table=name)
+    """A name every catalog can store (the lake-resident one keeps it in object names): letters, digits,
+    `_`, `.` and `-`, starting with a letter or digit, at most 128 characters. Spaces, newlines and
+    terminal escapes were accepted by SQLite, then stopped `catalog migrate` half-way."""
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        shown = name[:80] if isinstance(name, str) else name
+        raise InputError(f"bad table name {shown!r}: use letters, digits, '_', '.' and '-', starting with a "
+                         "letter or digit (at most 128)", table=str(shown))
 
 
 def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
