@@ -79,12 +79,20 @@ def test_a_damaged_data_file_is_refused_naming_it(tmp_path) -> None:  # type: ig
     lake.ingest(b'{"schema_version": 3, "order_id": "a", "position": 1, "kind": "upsert", "amount_cents": 5, '
                 b'"event_day": 3, "currency": "EUR"}\n')
     (damaged,) = (tmp_path / "l" / "orders").rglob("*.parquet")
-    damaged.write_bytes(b"garbage\n")
+    good = damaged.read_bytes()
+    # garbage of another size (checked by size), then of the same size (by the sha256 its commit recorded)
+    for garbage, mismatch in ((b"garbage\n", "size"), (b"X" * len(good), "sha256")):
+        damaged.write_bytes(garbage)
+        for engine in ("polars", "duckdb"):
+            res = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "l"), "--json",
+                                  "read", "--engine", engine], capture_output=True, text=True, timeout=120)
+            assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
+            error = json.loads(res.stdout)["error"]
+            assert (error["type"], error["mismatch"]) == ("GateError", mismatch) and damaged.name in error["path"]
+    damaged.write_bytes(good)
     res = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "l"), "--json", "read"],
                          capture_output=True, text=True, timeout=120)
-    assert res.returncode == 3 and "Traceback" not in res.stderr, res.stderr
-    error = json.loads(res.stdout)["error"]
-    assert error["type"] == "GateError" and error["mismatch"] == "size" and damaged.name in error["path"]
+    assert res.returncode == 0 and len(json.loads(res.stdout)["rows"]) == 1
 
 
 def test_replay_with_an_id_and_all_and_audit_of_an_hourly_table_are_usage_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]

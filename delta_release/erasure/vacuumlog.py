@@ -108,13 +108,33 @@ def check_readable(lake: Lake, table: str, version: int, *, action: str = "readi
 
 
 def _damaged(lake: Lake, table: str, version: int, store: Any) -> GateError | None:
-    """A GateError for the first file of `version` whose size on storage is not the size its log entry
-    records (a truncated or overwritten file, on which Polars may panic), else None."""
-    for f in lake.gateway.files(table, version):
+    """A GateError for the first file of `version` that is not what was committed (a truncated or
+    overwritten file, on which Polars may panic), else None: first the size its log entry records (a stat
+    each), then, all sizes equal, the sha256 our commit's evidence recorded (each file read once, stopping
+    at the first that differs; this runs only after a read failed)."""
+    import hashlib
+
+    from ..index.files import recorded_sha256
+
+    files = lake.gateway.files(table, version)
+    for f in files:
         size = store.size(f.path)
         if size is not None and size != f.size:
             return GateError(f"data file {f.path} of {table} version {version} is damaged: {size} bytes on "
                              f"storage, its log entry says {f.size}", path=f.path, mismatch="size",
+                             table=table, version=version)
+    recorded = recorded_sha256(lake, table, [f.path for f in files])
+    for f in files:
+        want = recorded.get(f.path)
+        if not want:
+            continue
+        digest = hashlib.sha256()
+        with store.open_input(f.path) as handle:
+            while block := handle.read(8 << 20):
+                digest.update(block)
+        if digest.hexdigest() != want:
+            return GateError(f"data file {f.path} of {table} version {version} is damaged: its sha256 is not "
+                             "the one its commit recorded", path=f.path, mismatch="sha256",
                              table=table, version=version)
     return None
 
