@@ -221,4 +221,4 @@ def _check_own_catalog(lake: Lake) -> None:
             if isinstance(lake.catalog, LakeCatalog) and lake.storage.is_local
             and lake.storage.local_path(SQLITE_PATH).is_file()
             else f"unset {CATALOG_ENV} or point it at the catalog this lake publishes to")
-    check_own_catalog(lake.catalog, lake.storage, hint=hint)
+    check_own_catalog(lake.catalog, lake.storage, hint=hint, compare_digest=bool(os.environ.get(CATALOG_ENV)))

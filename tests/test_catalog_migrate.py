@@ -193,3 +193,24 @@ def test_migrate_moves_nothing_when_a_name_cannot_be_stored_and_register_refuses
     out = cli(str(root), "catalog", "migrate", env={"DELTA_RELEASE_ERASURE_KEY": "not-the-lakes-key"})
     assert out.returncode == 3 and json.loads(out.stdout)["error"]["type"] == "ErasureKeyError"
     assert not (root / "_catalog" / "format.json").exists()
+
+
+def test_another_lakes_catalog_is_refused_by_its_commit_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DELTA_RELEASE_CATALOG naming another lake's SQLite catalog (or `migrate --from` it) was taken: the
+    lake then published into, or read from, that lake's publications. Its current orders publication
+    records a commit digest this lake's commit at that version does not have: exit 2, nothing written."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    other, root = dr.Lake.create(tmp_path / "other"), dr.Lake.create(tmp_path / "lake")
+    other.ingest(jsonl([up("x", 1)]))
+    root.ingest(jsonl([up("a", 1)]))
+    foreign = str(other.catalog.path)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for args, env in ((("ingest", str(tmp_path / "b.jsonl")), {CATALOG_ENV: foreign}), (("read",), {CATALOG_ENV: foreign}),
+                      (("catalog", "migrate", "--from", "sqlite", foreign), None)):
+        (tmp_path / "b.jsonl").write_bytes(jsonl([up("c", 5)]))
+        out = cli(str(tmp_path / "lake"), *args, env=env)
+        assert out.returncode == 2 and "another lake's catalog" in json.loads(out.stdout)["error"]["message"], args
+        (tmp_path / "b.jsonl").unlink()
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    own = cli(str(tmp_path / "lake"), "read", env={CATALOG_ENV: str(root.catalog.path)})  # its own, named: fine
+    assert own.returncode == 0 and [r["order_id"] for r in json.loads(own.stdout)["rows"]] == ["a"]

@@ -59,7 +59,8 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
         raise InputError(f"catalog migrate: {problem}", path=str(path))
     load_key(storage, create=False)  # a process whose erasure key is not the lake's writes nothing (exit 3)
     sqlite = SqliteCatalog(path)
-    check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from")
+    check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from",
+                      compare_digest=True)
     report = migrate_catalog(sqlite, LakeCatalog(storage))
     lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
              f"{report['present']} already there"]

@@ -270,21 +270,36 @@ def not_a_catalog(path: Path) -> str | None:
     return None if ours is not None else f"{path} is not a delta-release SQLite catalog (no publications table)"
 
 
-def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str) -> None:
+def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str, compare_digest: bool = False) -> None:
     """Refuse `catalog` as the catalog of the lake at `storage` when it has no publication of the orders
     table while that table has commits: it is some other catalog (a new, empty one, a mistyped file, a
     migration's wrong source), and using it would hide everything the lake published (InputError, exit 2,
-    naming the catalog and `hint`)."""
-    if catalog.current(DEFAULT_TABLE) is not None:
-        return
+    naming the catalog and `hint`).
+
+    `compare_digest` (a catalog named explicitly: DELTA_RELEASE_CATALOG, `migrate --from`): also refuse one
+    whose current orders publication records a commit digest that is not the digest of this lake's commit
+    at that version: another lake's catalog. (One read of that commit's log entry; publications labelled
+    otherwise, such as a release run's or version 0's, cannot be compared and pass.)"""
     entry = catalog.table(DEFAULT_TABLE)
     location = entry.location if entry is not None else DEFAULT_TABLE
     uri = location if "://" in location or location.startswith("/") else storage.uri(location)
+    current = catalog.current(DEFAULT_TABLE)
+    if current is not None:
+        if compare_digest and _DIGEST.fullmatch(current.digest or ""):
+            ours = (_delta.version_evidence(uri, storage.storage_options, current.version) or {}).get("digest")
+            if ours != current.digest:
+                raise InputError(f"the catalog ({describe_catalog(catalog)}) publishes {DEFAULT_TABLE} version "
+                                 f"{current.version} with a commit digest this lake's version {current.version} does "
+                                 f"not have: it is another lake's catalog; {hint}", uri=storage.root)
+        return
     latest = _delta.latest_version(uri, storage.storage_options)
     if latest:  # (0 or None: no commit beyond the empty table, nothing to hide)
         raise InputError(f"the catalog ({describe_catalog(catalog)}) has no publication of {DEFAULT_TABLE}, "
                          f"whose table is at version {latest}: it is not this lake's catalog; {hint}",
                          uri=storage.root)
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")  # a commit evidence digest (other publications carry labels)
 
 
 def has_lake_catalog(storage: Storage) -> bool:
