@@ -51,7 +51,9 @@ def load_key(storage: Storage, *, create: bool) -> bytes:
         key, source = env.encode(), ENV_KEY
     else:
         if not storage.exists(KEY_PATH):
-            if storage.exists(CHECK_PATH):  # the lake's key came from the environment; a new one cannot match
+            # the lake's key came from the environment (a new one cannot match), unless a racing creator
+            # wrote the key file (then its check) since the first look: the key file is always first
+            if storage.exists(CHECK_PATH) and not storage.exists(KEY_PATH):
                 raise ErasureKeyError(f"this lake's erasure key was given by {ENV_KEY} (it has no {KEY_PATH}): "
                                       f"set {ENV_KEY} to it; a new key would let erased orders back",
                                       uri=storage.root)
