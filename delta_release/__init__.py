@@ -1,7 +1,9 @@
 """delta-release: publish versioned Delta Lake tables that are complete, current, replay-safe and erasure-safe."""
 
 # The reports the verbs return (typed; `.to_json()` gives the CLI's JSON).
+from .api_checks import UnknownSubjectError  # noqa: E402
 from .erasure.erase import ErasureReport  # noqa: E402
+from .erasure.ledger import ErasureKeyError  # noqa: E402
 from .erasure.pending import PendingItem  # noqa: E402
 from .errors import (
     ConfigError,
@@ -18,6 +20,7 @@ from .errors import (
     StaleParentError,
     VacuumedVersionError,
 )
+from .gateway.engines import EngineMismatchError  # noqa: E402
 from .history import HistoryEntry  # noqa: E402
 from .ingest import IngestReport  # noqa: E402
 from .lake import Lake
@@ -31,5 +34,5 @@ __all__ = [
     "GenerationConflictError", "InputError", "Lake", "NotFoundError", "ReconciliationError", "SafetyError",
     "StaleParentError", "__version__", "LakeNotFoundError", "VacuumedVersionError",
     "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",
-    "RollbackReport", "VacuumReport",
+    "RollbackReport", "VacuumReport", "UnknownSubjectError", "ErasureKeyError", "EngineMismatchError",
 ]

@@ -80,7 +80,7 @@ def require_seen(lake: Lake, subject_id: str, table: str) -> None:
                 .filter(pl.col(key) == subject_id).select(pl.len()).collect().item())
         if hits:
             return
-    if raw_batches_holding(lake, subject_id):
+    if raw_batches_holding(lake, subject_id, as_order_id=True):
         return
     raise UnknownSubjectError(
         f"this lake never saw that id in {table} (no row in version {latest}, no raw batch names it); erasing it"

@@ -11,15 +11,20 @@ import click
 
 from .errors import InputError
 
+# Every number these check is a duration in days or hours: a million of either stays within the dates
+# Python can represent (a larger one overflowed after the command's commit, exit 1)
+MAXIMUM = 1_000_000.0
 
-def finite(name: str, value: float, *, minimum: float = 0.0) -> float:
-    """`value` as a float when it is a finite number >= `minimum`; else InputError naming `name`."""
+
+def finite(name: str, value: float, *, minimum: float = 0.0, maximum: float = MAXIMUM) -> float:
+    """`value` as a float when it is a finite number in [minimum, maximum]; else InputError naming `name`."""
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         raise InputError(f"{name} must be a number, found {value!r}", argument=name) from None
-    if not math.isfinite(number) or number < minimum:
-        raise InputError(f"{name} must be a finite number >= {minimum:g}, found {value!r}", argument=name)
+    if not math.isfinite(number) or not minimum <= number <= maximum:
+        raise InputError(f"{name} must be a finite number in [{minimum:g}, {maximum:,.0f}], found {value!r}",
+                         argument=name)
     return number
 
 
@@ -30,18 +35,18 @@ else:
 
 
 class FiniteFloat(_ParamType):
-    """A click option type: a finite float >= minimum (click's own FloatRange lets nan through)."""
+    """A click option type: a finite float in [minimum, maximum] (click's own FloatRange lets nan through)."""
 
     name = "number"
 
-    def __init__(self, minimum: float = 0.0) -> None:
-        self.minimum = minimum
+    def __init__(self, minimum: float = 0.0, maximum: float = MAXIMUM) -> None:
+        self.minimum, self.maximum = minimum, maximum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):
             self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number) or number < self.minimum:
-            self.fail(f"{value!r} is not a finite number >= {self.minimum:g}", param, ctx)
+        if not math.isfinite(number) or not self.minimum <= number <= self.maximum:
+            self.fail(f"{value!r} is not a finite number in [{self.minimum:g}, {self.maximum:,.0f}]", param, ctx)
         return number

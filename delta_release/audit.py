@@ -8,14 +8,16 @@ through the gateway must equal the current rows read from the candidate files al
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _delta
-from .errors import DeltaReleaseError, InputError
+from .errors import DeltaReleaseError, GateError, InputError, NotFoundError
 from .views import current_rows
 
 if TYPE_CHECKING:
@@ -23,13 +25,15 @@ if TYPE_CHECKING:
     from .context import LakeContext
 
 
+_DAYS = re.compile(r"([0-9]{1,10})(?::([0-9]{1,10}))?")
+
+
 def parse_days(spec: str) -> tuple[int, int]:
     """'47:48' -> (47, 48); a single day '47' -> (47, 47)."""
-    try:
-        first, _, last = spec.partition(":")
-        a, b = int(first), int(last or first)
-    except ValueError:
-        raise InputError(f"--days must look like A:B with integer days, got {spec!r}", days=spec) from None
+    m = _DAYS.fullmatch(spec) if isinstance(spec, str) else None
+    if m is None:  # (int() would take "1_0", " 47" and other scripts' digits)
+        raise InputError(f"--days must look like A:B with integer days, got {spec!r}", days=spec)
+    a, b = int(m.group(1)), int(m.group(2) or m.group(1))
     if a < 0 or b < a:
         raise InputError(f"--days {spec!r}: need 0 <= A <= B", days=spec)
     return a, b
@@ -41,6 +45,13 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     """Audit evidence at `version` (default: published). `unpublished_ok` lets a release run audit its
     candidate version before publication; readers never get that. `staged`: audit a staged candidate's
     file set instead (a release run's, before it commits); `version` is then its parent."""
+    tdef = lake.tables.get(table)
+    if tdef is None:
+        raise NotFoundError(f"audit reads the lake's own tables ({', '.join(sorted(lake.tables))}), not {table!r}",
+                            table=table)
+    if not tdef.partition.endswith("day"):
+        raise InputError(f"audit --days reads day partitions; table {table!r} is partitioned by {tdef.partition!r}",
+                         table=table)
     entries: list[_delta.FileEntry] | None = None
     if staged is not None:
         uri, version, entries = staged.uri, staged.parent, staged.entries
@@ -54,7 +65,6 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     else:
         uri, version = lake.gateway.resolve(table, version)
         lf = lake.gateway.scan(table, version)
-    tdef = lake.tables[table]
     part = tdef.partition
     store = lake.table_storage(table)
     if entries is None:
@@ -66,7 +76,12 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
     candidate_paths: list[str] = []
     for e in entries:
         day = e.partition_values.get(part)
-        meta = pq.read_metadata(store.open_input(e.path))
+        try:
+            meta = pq.read_metadata(store.open_input(e.path))
+        except (OSError, pa.ArrowInvalid) as exc:  # truncated or overwritten: say which file (it was exit 1)
+            raise GateError(f"data file {e.path} of {table} version {version} is damaged: its parquet footer "
+                            f"cannot be read ({str(exc).splitlines()[0][:120]})", path=e.path, mismatch="footer",
+                            table=table, version=version) from None
         chunks = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         rg_total += meta.num_row_groups
         chunk_total += chunks

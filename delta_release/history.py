@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import NotRequired, TypedDict
 
-from . import _delta
+from . import _delta, _delta_log
 from .context import LakeContext
 from .erasure.permission import exposing_entries
 from .evidence import CommitEvidence
+from .storage import Storage
 
 
 class HistoryEntry(TypedDict):
@@ -33,16 +35,18 @@ def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
         generations.setdefault(pub.version, []).append(pub.generation)
     out: list[HistoryEntry] = []
     erasures = lake.erasures.entries()
+    store = lake.table_storage(table)
     for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
         ev = CommitEvidence.from_json(entry.evidence) if entry.evidence is not None else None
         exposing = exposing_entries(lake, table, entry.version, entries=erasures)
+        added, removed = _file_counts(store, entry.version, ev)
         row: HistoryEntry = {
             "version": entry.version,
             "timestamp": entry.timestamp,
             "operation": (ev.operation if ev else None) or str(entry.operation),
             "batch_ids": ev.batch_ids if ev else [],
-            "files_added": len(ev.files) if ev else 0,
-            "files_removed": len(ev.removed) if ev else 0,
+            "files_added": added,
+            "files_removed": removed,
             "generations": generations.get(entry.version, []),
             "allowed": not exposing,
             "erased_subjects": len(exposing),
@@ -51,3 +55,22 @@ def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
             row["restored_to"] = int(ev.details["restored_to"])
         out.append(row)
     return out
+
+
+def _file_counts(store: Storage, version: int, ev: CommitEvidence | None) -> tuple[int, int]:
+    """Files the commit added and removed: from our evidence, else (a commit another writer made: a
+    registered table, a Spark job) by counting the add and remove actions of its log entry (0 when the
+    entry is gone, e.g. cleaned up behind a checkpoint)."""
+    if ev is not None:
+        return len(ev.files), len(ev.removed)
+    added = removed = 0
+    try:
+        text = store.read_bytes(_delta_log.log_path(version))
+    except FileNotFoundError:
+        text = b""
+    for line in text.splitlines():
+        if line.strip():
+            action = json.loads(line)
+            added += "add" in action
+            removed += "remove" in action
+    return added, removed

@@ -8,6 +8,7 @@ into the rooms of the data flow; nothing below imports this module (tests/test_a
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 
 import polars as pl
@@ -22,8 +23,8 @@ from .erasure.erase import ErasureReport, erase_subject
 from .erasure.pending import PendingItem, pending_all
 from .erasure.vacuumlog import missing_files_error
 from .errors import InputError
-from .gateway.catalog import Catalog, Publication
-from .gateway.lake_catalog import catalog_for
+from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
@@ -80,12 +81,33 @@ class Lake(LakeContext):
         storage = Storage(os.fspath(uri), storage_options)
         use_system_arrow_pool()  # before the first table read: Arrow's mimalloc keeps freed pages (_malloc.py)
         created = open_root(storage, create=create)
-        if catalog is None:
-            catalog = catalog_for(storage)  # gateway/lake_catalog.py: lake-resident for s3://, env selects
+        try:
+            return cls._open(storage, created, clock=clock, tables_dir=tables_dir, catalog=catalog,
+                             freshness=freshness)
+        except OSError as exc:
+            if not created:
+                raise
+            raise InputError(f"cannot create a lake at {storage.root}: {exc.strerror or exc}",
+                             uri=storage.root) from None  # e.g. /proc: a directory nothing can be written in
+
+    @classmethod
+    def _open(cls, storage: Storage, created: bool, *, clock: Clock | None, tables_dir: Path | None,
+              catalog: Catalog | None, freshness: str) -> Lake:
+        if catalog is None:  # gateway/lake_catalog.py: lake-resident for s3://, env selects
+            catalog = catalog_for(storage, new_lake=created)
         if freshness not in ("refresh", "error"):
             raise InputError(f"unknown freshness policy {freshness!r} (refresh or error)")
         lake = cls(storage, catalog=catalog, clock=clock or SystemClock(),
                    tables=load_table_defs(tables_dir or DEFAULT_TABLES_DIR), freshness=freshness)
+        if not created:
+            try:
+                _check_own_catalog(lake)  # before anything is registered or published in it
+            except InputError:
+                if isinstance(lake.catalog, SqliteCatalog) and lake.catalog.created:  # (made just now, empty)
+                    lake.catalog.path.unlink(missing_ok=True)
+                    with suppress(OSError):
+                        lake.catalog.path.parent.rmdir()  # only when empty
+                raise
         for table in lake.tables.values():
             lake.catalog.register(table.name, location=lake.default_location(table), kind=table.kind)
         default = lake.tables[DEFAULT_TABLE]
@@ -189,3 +211,14 @@ class Lake(LakeContext):
         """Pending evidence for every erased subject: what still holds it, and until when."""
         return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
+
+
+def _check_own_catalog(lake: Lake) -> None:
+    """Refuse a catalog that is not the existing lake's own (gateway/lake_catalog.py `check_own_catalog`):
+    opening would register the tables in it and publish version 0, and every reader would then see an
+    empty table (InputError, exit 2; nothing is written)."""
+    hint = ("move the lake's SQLite catalog into the lake with `delta-release catalog migrate`"
+            if isinstance(lake.catalog, LakeCatalog) and lake.storage.is_local
+            and lake.storage.local_path(SQLITE_PATH).is_file()
+            else f"unset {CATALOG_ENV} or point it at the catalog this lake publishes to")
+    check_own_catalog(lake.catalog, lake.storage, hint=hint, compare_digest=bool(os.environ.get(CATALOG_ENV)))

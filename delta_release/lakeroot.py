@@ -29,11 +29,17 @@ ORDERS_LOG = "orders/_delta_log"
 MARKERS = (KEY, CATALOG, ORDERS_LOG)
 
 
+def _unreachable(storage: Storage, exc: OSError) -> InputError:
+    """An object store that did not answer (a bucket that does not exist answers "not found", no error):
+    said as such, not as "holds no lake", which sent users looking for a typo (exit 2)."""
+    return InputError(f"cannot read the lake at {storage.root}: {str(exc).split('; Details')[0]}", uri=storage.root)
+
+
 def _kind(storage: Storage, rel: str) -> pafs.FileType:
     try:
         return storage.fs.get_file_info(storage._full(rel)).type
-    except OSError:  # e.g. a bucket that is gone, a path component that is a file: nothing there
-        return pafs.FileType.NotFound
+    except OSError as exc:
+        raise _unreachable(storage, exc) from None
 
 
 def holds_lake(storage: Storage) -> bool:
@@ -49,8 +55,8 @@ def holds_lake(storage: Storage) -> bool:
     try:
         selector = pafs.FileSelector(storage._full(ORDERS_LOG), recursive=False, allow_not_found=True)
         return any(info.type == pafs.FileType.File for info in storage.fs.get_file_info(selector))
-    except OSError:
-        return False
+    except OSError as exc:
+        raise _unreachable(storage, exc) from None
 
 
 def open_root(storage: Storage, *, create: bool) -> bool:
@@ -70,6 +76,10 @@ def open_root(storage: Storage, *, create: bool) -> bool:
     if not create:
         raise LakeNotFoundError(storage.root)
     if storage.is_local:
+        inside = next((p for p in storage.local_path().parents if holds_lake(Storage(str(p)))), None)
+        if inside is not None:  # e.g. --lake lake/orders: a lake inside a lake's table or raw store
+            raise InputError(f"cannot create a lake at {storage.root}: it is inside the lake at {inside}",
+                             uri=storage.root)
         try:
             storage.local_path().mkdir(parents=True, exist_ok=True)
         except OSError as exc:

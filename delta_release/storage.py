@@ -19,9 +19,11 @@ import errno
 import fcntl
 import hashlib
 import io
+import mmap
 import os
 import re
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -168,13 +170,36 @@ def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
     )
 
 
-def _collect(data: Body) -> bytes | bytearray:
-    """The bytes of `data` (a writing function's, collected in memory)."""
+SPOOL_BLOCK = 8 << 20
+
+
+@contextmanager
+def _spooled(data: Body) -> Iterator[bytes | bytearray | mmap.mmap]:
+    """The bytes of `data` for one upload: bytes as given; a writing function's output written to an unnamed
+    local temp file (the system temp folder, `$TMPDIR`) and memory-mapped, so an index merge of gigabytes
+    is sent from file pages the kernel can drop, never collected on the heap. The function runs to the end
+    before anything is sent: one that fails leaves no object behind."""
     if not callable(data):
-        return data
-    buffer = io.BytesIO()
-    data(buffer)
-    return buffer.getvalue()
+        yield data
+        return
+    with tempfile.TemporaryFile(prefix="delta-release-") as handle:
+        data(handle)
+        handle.flush()
+        if handle.seek(0, io.SEEK_END) == 0:
+            yield b""
+            return
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            yield mapped
+        finally:
+            mapped.close()
+
+
+def _mapped(handle: BinaryIO) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
+    if handle.seek(0, io.SEEK_END) == 0:
+        return b"", None  # (an empty file cannot be mapped)
+    mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    return mapped, mapped
 
 
 class Storage:
@@ -236,6 +261,22 @@ class Storage:
     def read_bytes(self, rel: str) -> bytes:
         with self.fs.open_input_stream(self._full(rel)) as stream:
             return bytes(stream.read())
+
+    def read_mapped(self, rel: str) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
+        """`rel`'s bytes as a memory map, and the map (None for an empty file, read as b""): on local disk the
+        file itself; on an object store a copy streamed into an unnamed local temp file (`$TMPDIR`), so a
+        large object is held in file pages the kernel can drop, not on the heap, and the caller may release
+        the pages of a range it is done with (madvise). The map outlives the file's name.
+        FileNotFoundError when it is gone."""
+        if self.is_local:
+            with open(self._full(rel), "rb") as handle:
+                return _mapped(handle)
+        with tempfile.TemporaryFile(prefix="delta-release-") as handle:
+            with self.fs.open_input_stream(self._full(rel)) as stream:
+                while block := stream.read(SPOOL_BLOCK):
+                    handle.write(block)
+            handle.flush()
+            return _mapped(handle)
 
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))
@@ -364,8 +405,7 @@ class Storage:
         if self.is_local:
             self._move_in(parent, full, data, durable=durable)
         else:
-            body = _collect(data)  # (first: a writer that fails must not leave an empty object behind)
-            with self.fs.open_output_stream(full) as out:
+            with _spooled(data) as body, self.fs.open_output_stream(full) as out:  # (the body first: see _spooled)
                 out.write(body)
 
     def put(self, rel: str, data: bytes) -> None:
@@ -392,11 +432,14 @@ class Storage:
         if self.is_local:
             return self._move_in(parent, full, data, mode, link=True)
         import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
+        from obstore.exceptions import AlreadyExistsError, PermissionDeniedError, PreconditionError
 
         try:
-            obstore.put(self._obstore(), rel.strip("/"), _collect(data), mode="create")
+            with _spooled(data) as body:  # (a memory map: obstore sends it without copying)
+                obstore.put(self._obstore(), rel.strip("/"), body, mode="create")
             return True
+        except PermissionDeniedError as exc:  # an OSError, as on local disk (e.g. read-only credentials)
+            raise PermissionError(f"{self.uri(rel)}: {str(exc).splitlines()[0]}") from None
         except (AlreadyExistsError, PreconditionError):
             # (A PUT retried after a lost response lands here too: callers that must tell "ours" from
             # "theirs" compare the stored bytes, which carry a writer id where it matters.)

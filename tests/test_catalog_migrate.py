@@ -100,3 +100,117 @@ def test_migrate_an_s3_lake_from_its_local_sqlite(s3server: S3Server, tmp_path: 
     reader = dr.Lake.open(uri, storage_options=s3server.options)  # no catalog given: the lake's own
     assert pubs(reader.catalog) == pubs(lake.catalog)
     assert reader.read()["order_id"].to_list() == ["a", "b"]
+
+
+def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """DELTA_RELEASE_CATALOG pointing an existing lake at another catalog (`lake` before a migration, a
+    SQLite path that does not exist, `memory`) used to register the tables there and publish version 0:
+    every reader then saw an empty table, and the lake's default switched to that catalog. Now: exit 2
+    naming the catalog, no file written, and the lake still reads what it published."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("a", 1), up("b", 2, day=48)]))
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    (tmp_path / "notes.sqlite").write_bytes(b"")  # a user's file that is not a catalog: neither changed nor taken
+    for choice, says in (("lake", "catalog migrate"), ("memory", "unreadable afterwards"),
+                         ("typo.sqlite", "names no SQLite file"), ("notes.sqlite", "not a delta-release SQLite"),
+                         ("/etc/passwd", "not a SQLite catalog")):
+        for args in (("status",), ("read",)):
+            out = cli(str(root), *args, env={CATALOG_ENV: choice})
+            assert out.returncode == 2, (choice, args, out.stdout, out.stderr)
+            assert says in json.loads(out.stdout)["error"]["message"]
+        monkeypatch.setenv(CATALOG_ENV, choice)
+        with pytest.raises(dr.InputError, match="(?i)catalog"):
+            dr.Lake.open(root)
+        monkeypatch.delenv(CATALOG_ENV)
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+    assert not (tmp_path / "typo.sqlite").exists() and (tmp_path / "notes.sqlite").read_bytes() == b""
+    # a lake that lost its SQLite file: refused, and the refusal leaves no new empty catalog behind
+    (root / "_catalog" / "catalog.sqlite").rename(tmp_path / "kept.sqlite")
+    out = cli(str(root), "status")
+    assert out.returncode == 2 and not (root / "_catalog").exists(), out.stdout
+    (root / "_catalog").mkdir()
+    (tmp_path / "kept.sqlite").rename(root / "_catalog" / "catalog.sqlite")
+    out = cli(str(root), "read")
+    assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a", "b"]
+    # a new lake may still be created with a catalog file of its own choosing
+    monkeypatch.setenv(CATALOG_ENV, str(tmp_path / "new.sqlite"))
+    assert dr.Lake.create(tmp_path / "other").ingest(jsonl([up("c", 1)])).version == 1
+    assert (tmp_path / "new.sqlite").is_file()
+
+
+def test_migrate_refuses_a_source_that_is_not_the_lakes_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`catalog migrate --from sqlite` with an empty catalog or a foreign file moved nothing and made the lake's
+    catalog lake-resident: readers then saw version 0 and the real catalog could no longer be moved (exit
+    3). A file that is not SQLite was exit 1. A mistyped --lake got a `_catalog/`. All exit 2 now, nothing
+    written."""
+    import sqlite3
+
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("a", 1)]))
+    empty = SqliteCatalog(tmp_path / "empty.sqlite")  # a catalog with nothing published (what a typo made)
+    not_sqlite = tmp_path / "passwd"
+    not_sqlite.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    foreign = tmp_path / "foreign.sqlite"
+    sqlite3.connect(foreign).executescript("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+    foreign_bytes = foreign.read_bytes()
+    for source, says in ((empty.path, "not this lake's catalog"), (not_sqlite, "not a SQLite catalog"),
+                         (foreign, "not a delta-release SQLite catalog")):
+        out = cli(str(root), "catalog", "migrate", "--from", "sqlite", str(source))
+        assert out.returncode == 2, (source, out.stdout, out.stderr)
+        assert says in json.loads(out.stdout)["error"]["message"]
+        assert not (root / "_catalog" / "format.json").exists()
+    assert foreign.read_bytes() == foreign_bytes
+    out = cli(str(tmp_path / "typo"), "catalog", "migrate", "--from", "sqlite", str(root / "_catalog" / "catalog.sqlite"))
+    assert out.returncode == 2 and not (tmp_path / "typo").exists()
+    out = cli(str(root), "read")
+    assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a"]
+
+
+def test_migrate_moves_nothing_when_a_name_cannot_be_stored_and_register_refuses_such_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`register "tele metry"` was accepted by a SQLite lake; `catalog migrate` then wrote format.json and
+    the orders records and stopped at that name (exit 2), leaving the lake on a half-built lake catalog.
+    Now register refuses such a name, and migrate checks every name before it writes anything. With an
+    erasure key that is not the lake's, migrate is refused (exit 3) like every other command."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("a", 1)]))
+    for bad in ("tele metry", "a\nb", "\x1b[31mred", "_hidden"):
+        out = cli(str(root), "register", bad, str(root / "orders"))
+        assert out.returncode == 2 and "bad table name" in json.loads(out.stdout)["error"]["message"], bad
+    SqliteCatalog(root / "_catalog" / "catalog.sqlite").register("tele metry", location=str(root / "orders"),
+                                                                 kind="registered")  # as an older version let in
+    out = cli(str(root), "catalog", "migrate")
+    assert out.returncode == 2 and "nothing was moved" in json.loads(out.stdout)["error"]["message"]
+    assert not (root / "_catalog" / "format.json").exists()
+    out = cli(str(root), "catalog", "migrate", env={"DELTA_RELEASE_ERASURE_KEY": "not-the-lakes-key"})
+    assert out.returncode == 3 and json.loads(out.stdout)["error"]["type"] == "ErasureKeyError"
+    assert not (root / "_catalog" / "format.json").exists()
+
+
+def test_another_lakes_catalog_is_refused_by_its_commit_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DELTA_RELEASE_CATALOG naming another lake's SQLite catalog (or `migrate --from` it) was taken: the
+    lake then published into, or read from, that lake's publications. Its current orders publication
+    records a commit digest this lake's commit at that version does not have: exit 2, nothing written."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    other, root = dr.Lake.create(tmp_path / "other"), dr.Lake.create(tmp_path / "lake")
+    other.ingest(jsonl([up("x", 1)]))
+    root.ingest(jsonl([up("a", 1)]))
+    foreign = str(other.catalog.path)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for args, env in ((("ingest", str(tmp_path / "b.jsonl")), {CATALOG_ENV: foreign}), (("read",), {CATALOG_ENV: foreign}),
+                      (("catalog", "migrate", "--from", "sqlite", foreign), None)):
+        (tmp_path / "b.jsonl").write_bytes(jsonl([up("c", 5)]))
+        out = cli(str(tmp_path / "lake"), *args, env=env)
+        assert out.returncode == 2 and "another lake's catalog" in json.loads(out.stdout)["error"]["message"], args
+        (tmp_path / "b.jsonl").unlink()
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    own = cli(str(tmp_path / "lake"), "read", env={CATALOG_ENV: str(root.catalog.path)})  # its own, named: fine
+    assert own.returncode == 0 and [r["order_id"] for r in json.loads(own.stdout)["rows"]] == ["a"]

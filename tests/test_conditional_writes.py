@@ -157,3 +157,52 @@ def test_a_write_whose_writer_fails_leaves_nothing(root: tuple[str, dict[str, st
         assert not storage.exists("keys/x.kx2")
     if storage.is_local:
         assert not [p for p in Path(root[0]).rglob("*") if p.is_file()]
+
+
+BIG = 40 << 20  # an index merge's output or input at scale is GBs; this is enough to see a copy
+BLOCK = bytes(range(256)) * 4096  # 1 MiB
+
+
+def _traced_peak(step: Any) -> tuple[Any, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = step()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_body_written_by_a_function_is_never_collected_on_the_heap(root: tuple[str, dict[str, str]]) -> None:
+    """A key index merge writes its output through a function: on S3 it goes to an unnamed local temp file
+    whose memory map is sent (create-only: one conditional PUT), so the process never holds the body in
+    Python memory (before: a BytesIO and its copy, twice the body)."""
+    storage = Storage(*root)
+
+    def body(out: Any) -> None:
+        for _ in range(BIG // len(BLOCK)):
+            out.write(BLOCK)
+
+    for write in (storage.write_once, storage.write_bytes):
+        rel = f"keys/{write.__name__}.kx2"
+        _, peak = _traced_peak(lambda: write(rel, body))  # noqa: B023 - called at once
+        assert peak < BIG // 4, f"{write.__name__}: {peak} bytes traced for a {BIG}-byte body"
+        assert storage.size(rel) == BIG
+        mapped, _ = storage.read_mapped(rel)
+        assert mapped[:len(BLOCK)] == BLOCK and mapped[-len(BLOCK):] == BLOCK
+    assert storage.write_once("keys/write_once.kx2", body) is False  # still create-only
+
+
+def test_read_mapped_holds_an_object_outside_the_heap(root: tuple[str, dict[str, str]]) -> None:
+    """A merge's inputs on S3 are streamed into unnamed local temp files and memory-mapped: the map equals
+    the object, the heap never holds it; an empty object reads as b"", a missing one is FileNotFoundError."""
+    storage = Storage(*root)
+    storage.write_once("keys/in.kx2", BLOCK * (BIG // len(BLOCK)))
+    (mapped, held), peak = _traced_peak(lambda: storage.read_mapped("keys/in.kx2"))
+    assert peak < BIG // 2, f"{peak} bytes traced for a {BIG}-byte object"
+    assert held is mapped and len(mapped) == BIG and mapped[BIG - len(BLOCK):] == BLOCK
+    storage.write_once("keys/empty.kx2", b"")
+    assert storage.read_mapped("keys/empty.kx2") == (b"", None)
+    with pytest.raises(FileNotFoundError):
+        storage.read_mapped("keys/missing.kx2")

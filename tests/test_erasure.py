@@ -237,6 +237,22 @@ def test_subject_never_seen_is_recorded_and_blocked(lake: dr.Lake) -> None:
     assert again.already_erased and len(lake.erasures.entries()) == 1
 
 
+def test_a_word_of_a_malformed_line_does_not_count_as_a_seen_order(lake: dr.Lake) -> None:
+    """The never-seen guard took any text of a line that could not be read as an event as "seen": `erase
+    upsert` (or `USD`, `47`) went through without force and blocked that id forever. An order named by a
+    malformed line's order_id is still seen, and its raw batch is still reported as holding it."""
+    from delta_release.api_checks import UnknownSubjectError
+
+    lake.ingest(jsonl([up("a", 1)]) + b'{"schema_version": 3, "order_id": "m-1", "position": 2, "kind": "upsert", '
+                b'"amount_cents": 1, "event_day": 47, "currency": "USD"\n')  # (no closing brace)
+    for word in ("upsert", "USD", "47", "schema_version"):
+        with pytest.raises(UnknownSubjectError):
+            lake.erase(word)
+    assert lake.erasures.entries() == []
+    report = lake.erase("m-1")
+    assert [p["kind"] for p in report.pending].count("raw_batch") == 1
+
+
 def test_erase_rejects_bad_ids_without_echoing_them(lake: dr.Lake) -> None:
     with pytest.raises(InputError) as info:
         lake.erase("x" * 500)
@@ -328,3 +344,67 @@ def test_subject_key_is_hmac_sha256_under_the_lake_secret(key: bytes) -> None:
     assert ledger.subject_digests(subjects) == b"".join(
         hmac.new(key, s.encode("utf-8"), hashlib.sha256).digest() for s in subjects)
     assert ledger.subject_digests([]) == b""
+
+
+def test_pending_evidence_keeps_the_retention_the_erasure_was_asked_with(history_lake: dr.Lake) -> None:
+    """`erase --raw-retention-days 2 --backup-expiry-days 0` is recorded in the subject's ledger entry, so
+    `status` and `erasure_pending()` later give the same answer as the erase report (they used the
+    defaults: backups pending for 35 days, raw batches for 30)."""
+    lake = history_lake
+    report = lake.erase(SUBJECT, raw_retention_days=2, backup_expiry_days=None)
+    later = lake.erasure_pending()  # defaults in the call: the entry's own settings win
+    for pending in (report.pending, later):
+        assert "backup" not in [p["kind"] for p in pending]
+        assert {p["until"] for p in pending if p["kind"] == "raw_batch"} == {"2026-12-01T12:00:00.000Z"}
+    entry = lake.erasures.entries()[0]
+    assert entry.retention == {"raw_days": 2, "backup_days": 0.0}
+
+
+def test_a_key_that_is_not_the_lakes_is_refused_before_it_can_let_an_erased_order_back(
+        history_lake: dr.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DELTA_RELEASE_ERASURE_KEY set to another key made every erased order's keyed hash miss the ledger:
+    `replay --all` then brought the order back into the table. Both directions are refused (exit 3), with
+    no key material in the message, and nothing is written."""
+    from delta_release.erasure.ledger import CHECK_PATH, ENV_KEY, ErasureKeyError
+
+    lake = history_lake
+    lake.erase(SUBJECT)
+    root = tmp_path / "lake"
+    assert (root / CHECK_PATH).is_file()
+    monkeypatch.setenv(ENV_KEY, "some-other-key")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    with pytest.raises(ErasureKeyError, match="not this lake's key") as refused:
+        dr.Lake.open(root)
+    assert refused.value.exit_code == 3 and "some-other-key" not in str(refused.value)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    monkeypatch.delenv(ENV_KEY)
+    assert SUBJECT not in dr.Lake.open(root).read()["order_id"].to_list()
+
+    # a lake whose key came from the environment: opening it without the variable does not make a new key
+    monkeypatch.setenv(ENV_KEY, "the-lakes-own-key")
+    env_lake = dr.Lake.create(tmp_path / "env")
+    env_lake.ingest(jsonl([up(SUBJECT, 1), up("other", 2)]))
+    env_lake.erase(SUBJECT)
+    monkeypatch.delenv(ENV_KEY)
+    with pytest.raises(ErasureKeyError, match=ENV_KEY):
+        dr.Lake.open(tmp_path / "env")
+    assert not (tmp_path / "env" / "_erasure" / "key").exists()
+    monkeypatch.setenv(ENV_KEY, "the-lakes-own-key")
+    again = dr.Lake.open(tmp_path / "env")
+    again.replay(all_batches=True)
+    assert again.read()["order_id"].to_list() == ["other"]
+
+
+def test_a_lake_written_before_the_key_check_gets_one_and_refuses_another_key(
+        history_lake: dr.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from delta_release.erasure.ledger import CHECK_PATH, ENV_KEY, ErasureKeyError
+
+    root = tmp_path / "lake"
+    (root / CHECK_PATH).unlink()  # as an earlier version left it
+    monkeypatch.setenv(ENV_KEY, "some-other-key")
+    with pytest.raises(ErasureKeyError, match="_erasure/key"):
+        dr.Lake.open(root)
+    assert not (root / CHECK_PATH).exists()
+    monkeypatch.delenv(ENV_KEY)
+    dr.Lake.open(root)
+    assert (root / CHECK_PATH).is_file()

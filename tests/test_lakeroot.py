@@ -88,9 +88,14 @@ def test_writers_create_and_say_so(tmp_path: Path) -> None:
 def test_a_writer_with_a_bad_argument_creates_nothing(tmp_path: Path) -> None:
     bad_manifest = tmp_path / "m.json"
     bad_manifest.write_text('{"table": "orders"}')
+    not_delta = tmp_path / "not-a-table"
+    not_delta.mkdir()
     before = tree(tmp_path)
+    # a manifest that parses, whose objects are not under the mistyped lake (its gate would fail after the
+    # lake was made), and a register whose table fails its gate, made a lake before they failed
     for args in (["ingest", str(tmp_path / "nope.jsonl")], ["publish", str(bad_manifest)],
-                 ["publish", str(tmp_path / "nope.json")]):
+                 ["publish", str(tmp_path / "nope.json")], ["publish", str(MANIFEST)],
+                 ["register", "sales", str(not_delta)], ["register", "sales", str(tmp_path / "missing")]):
         one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lakk"), *args]))
     assert tree(tmp_path) == before
 
@@ -198,3 +203,37 @@ def test_s3_lake_whose_bucket_is_gone(s3server: S3Server, tmp_path: Path) -> Non
     assert "holds no lake" in out.stderr and "Traceback" not in out.stderr
     buckets = [b["Name"] for b in client.list_buckets().get("Buckets", [])]
     assert bucket not in buckets  # nothing re-created the bucket or the key
+
+
+def test_a_lake_that_cannot_be_made_or_reached_is_one_line_exit_2(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--lake /proc ingest` failed with exit 1 (FileNotFoundError /proc/_catalog); an s3:// endpoint
+    that does not answer said "holds no lake" for readers (a typo hunt) and exit 1 for writers."""
+    import socket
+
+    batch = tmp_path / "b.jsonl"
+    batch.write_bytes(jsonl([up("a", 1)]))
+    if Path("/proc").is_dir():
+        assert "cannot create a lake at /proc" in one_line_refusal(
+            CliRunner().invoke(cli, ["--lake", "/proc", "ingest", str(batch)]))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "t",
+                 "AWS_SECRET_ACCESS_KEY": "t", "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    for args in (["status"], ["ingest", str(batch)]):
+        line = one_line_refusal(CliRunner().invoke(cli, ["--lake", "s3://bucket/lake", *args]))
+        assert "cannot read the lake at s3://bucket/lake" in line and "holds no lake" not in line
+
+
+def test_no_lake_is_created_inside_another(tmp_path: Path) -> None:
+    """`--lake L/orders ingest` built a second lake inside the first one's table folder."""
+    dr.Lake.create(tmp_path / "lake").ingest(jsonl([up("a", 1)]))
+    batch = tmp_path / "b.jsonl"
+    batch.write_bytes(jsonl([up("b", 2)]))
+    before = tree(tmp_path)
+    for inner in ("orders", "_raw", "orders/event_day=1/deeper"):
+        line = one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake" / inner), "ingest", str(batch)]))
+        assert "inside the lake at" in line
+    assert tree(tmp_path) == before

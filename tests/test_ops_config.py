@@ -63,6 +63,10 @@ def refused(config: Path, key: str | None) -> str:
     ("checks.audit.max_fraction", 2, "checks.audit.max_fraction"),
     ("thresholds.rejected.by_reason.not_a_reason", 0.1, "thresholds.rejected.by_reason.not_a_reason"),
     ("retention.raw_days", -1, "retention.raw_days"),
+    # past what dates can hold: these overflowed after the run had shipped and published (exit 1, no packet)
+    ("release.window_days", 99_999_999_999, "release.window_days"),
+    ("retention.backup_days", 5_000_000, "retention.backup_days"),
+    ("retention.raw_days", 1e300, "retention.raw_days"),
     ("lake.uri", "s3://", "lake.uri"),
     ("lake.uri", "s3:///prefix", "lake.uri"),
 ])
@@ -190,9 +194,13 @@ def test_status_shows_the_held_run(held) -> None:  # type: ignore[no-untyped-def
     assert orders["published"]["version"] == 0 and orders["latest"]["version"] == 0
     assert orders["unpublished_count"] == 0 and orders["unpublished"] == []
     assert s["last_run"]["decision"] == "hold" and s["last_run"]["packet"] == json.loads(res.stdout)["packet"]
+    # the run's own answer and status agree: a hold committed no version (status said the parent's)
+    assert s["last_run"]["snapshot"]["version"] is None and json.loads(res.stdout)["snapshot"]["version"] is None
+    assert s["last_run"]["snapshot"]["parent"] == 0
     assert s["erasures"] == [] and orders["vacuum_debt"]["files"] == 0
     text = CliRunner().invoke(cli, ["--lake", lake, "status"]).output
     assert "committed but not published" not in text and "HOLD" in text and "rejected_overall" in text
+    assert "nothing committed" in text
 
 
 def test_thresholds_can_be_relaxed(tmp_path: Path) -> None:
@@ -205,3 +213,17 @@ def test_thresholds_can_be_relaxed(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["--json", "run", str(config)])
     out = json.loads(res.stdout)
     assert not {"rejected_per_batch", "rejected_overall", "rejected_by_reason"} & set(out["failed_checks"])
+
+
+def test_checks_that_used_to_fail_after_the_run_had_published_fail_first(tmp_path: Path) -> None:
+    """A manifest that is not JSON, a packet folder that cannot be written and a config nested thousands
+    deep: each failed only after the ship commit and the publication (exit 1 or 2, no packet). Now each is a
+    one-line ConfigError before anything exists."""
+    bad = tmp_path / "bad.manifest.json"
+    bad.write_text("{not json")
+    refused(write_config(tmp_path, **{"sources.manifests": [str(bad)]}), "sources.manifests[0]")
+    refused(write_config(tmp_path, **{"packet.directory": "/proc/delta-release-packets"}), "packet.directory")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("lake: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    line = refused(deep, None)
+    assert "nested too deeply" in line

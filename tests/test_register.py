@@ -320,3 +320,19 @@ def test_edge_timestamps_without_statistics_never_read_2262(lake: dr.Lake, tmp_p
     if _duckdb_delta():
         big = sorted(d.date().isoformat() for d in lake.read("edge")["BIG_DATE"].to_list())
         assert big == ["9999-12-30", "9999-12-31"]
+
+
+def test_history_of_a_registered_table_counts_each_commits_files(tmp_path: Path) -> None:
+    """A commit another writer made carries none of our evidence: `history` counts the add and remove
+    actions of its log entry (it reported 0 and 0 for every version)."""
+    table = copy(SPARK, tmp_path)
+    assert invoke(tmp_path / "lake", "register", "spark", str(table))[0] == 0
+    result = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "history", "--table", "spark"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["versions"]
+    for row in rows:
+        actions = [json.loads(line) for line in (table / "_delta_log" / f"{row['version']:020d}.json").read_text()
+                   .splitlines() if line.strip()]
+        assert (row["files_added"], row["files_removed"]) == (sum("add" in a for a in actions),
+                                                              sum("remove" in a for a in actions))
+    assert all(r["files_added"] > 0 for r in rows) and any(r["files_removed"] > 0 for r in rows)

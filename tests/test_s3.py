@@ -210,15 +210,17 @@ def test_key_index_lookups_on_s3_read_ranges_not_files(s3server: S3Server, tmp_p
     from delta_release.index import keys as kx
     from delta_release.storage import Storage
 
-    whole = Storage.read_bytes
     read_whole: list[str] = []
 
-    def no_whole_index_file(self: Storage, rel: str) -> bytes:
-        if rel.endswith(".kx2"):
-            read_whole.append(rel)
-        return whole(self, rel)
+    def recording(read: Any) -> Any:
+        def no_whole_index_file(self: Storage, rel: str) -> Any:
+            if rel.endswith(".kx2") and not self.is_local:  # (the local lake's maps are its files)
+                read_whole.append(rel)
+            return read(self, rel)
+        return no_whole_index_file
 
-    monkeypatch.setattr(Storage, "read_bytes", no_whole_index_file)
+    for name in ("read_bytes", "read_mapped"):  # (a merge's inputs are spooled to local maps: read whole)
+        monkeypatch.setattr(Storage, name, recording(getattr(Storage, name)))
     lake = open_s3_lake(s3server, s3server.new_bucket(), tmp_path / "catalog.sqlite")
     local = dr.Lake.create(tmp_path / "local")
     for batch in stream(7, n_batches=5, per_batch=20):
@@ -271,3 +273,43 @@ def test_apply_on_s3_reads_the_days_in_scans(s3server: S3Server, tmp_path: Path,
         assert (got.accepted, got.version) == (want.accepted, want.version)
     assert got.removed and alone == []  # (which buckets a batch touches depends on each lake's own hash key)
     assert rows(lake) == rows(local)
+
+
+def test_key_index_rebuild_on_s3_goes_through_local_maps(s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing index on S3 is rebuilt in pieces held in unnamed local temp files (memory-mapped, as on
+    local disk, where they sit in the lake's `_tmp`): the base is the same bytes whatever the piece size,
+    no object but the index's own is written, and the lookups answer like the table."""
+    from test_key_index import stream
+
+    from delta_release import index
+    from delta_release.index import keys as kx
+
+    lake = open_s3_lake(s3server, s3server.new_bucket(), tmp_path / "catalog.sqlite")
+    for batch in stream(5, n_batches=4, per_batch=25):
+        lake.ingest(jsonl(batch))
+    version = lake.latest_version("orders") or 0
+    ki = index.key_index(lake.table("orders"))
+    assert ki is not None
+    mapped: list[bool] = []
+    piece_of = kx.KeyIndex._piece
+
+    def piece(self: kx.KeyIndex, run: Any, temps: list[str]) -> Any:
+        made = piece_of(self, run, temps)
+        mapped.append(made.mapped is not None)
+        return made
+
+    monkeypatch.setattr(kx.KeyIndex, "_piece", piece)
+    bases = {}
+    for size in (1 << 21, 3):
+        for o in ki.index.list("keys", recursive=False):
+            ki.index.delete(o.path)
+        monkeypatch.setattr(kx, "REBUILD_KEYS", size)
+        mapped.clear()
+        ki.rebuild(version)
+        assert mapped and all(mapped) and (len(mapped) == 1) == (size > 100)
+        bases[size] = ki.index.read_bytes(f"keys/b-{version:012d}.kx2")
+        assert not [o.path for o in ki.index.list("", recursive=True) if "_tmp" in o.path]
+    assert bases[3] == bases[1 << 21]
+    current = {r["order_id"]: r["event_day"] for r in rows(lake)}
+    assert ki.locate(list(current), upto=version) == current

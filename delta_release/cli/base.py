@@ -55,12 +55,20 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         except click.ClickException:
             raise
         except Exception as exc:  # noqa: BLE001 - the one funnel for unexpected errors
-            if opts.debug:
-                traceback.print_exc()
-            internal = DeltaReleaseError(f"internal error: {type(exc).__name__}: {_one_line(str(exc))}")
-            fail(opts, internal)
+            internal_error(opts, exc)
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":  # KeyboardInterrupt, SystemExit, ...
+                raise
+            internal_error(opts, exc)  # a Rust panic in Polars or delta-rs (pyo3's, a BaseException)
 
     return wrapper
+
+
+def internal_error(opts: Options, exc: BaseException) -> None:
+    """An unexpected error as one line (exit 1): its type and the first line of its message."""
+    if opts.debug:
+        traceback.print_exception(exc)
+    fail(opts, DeltaReleaseError(f"internal error: {type(exc).__name__}: {_one_line(str(exc))}"))
 
 
 def _one_line(text: str) -> str:
@@ -90,13 +98,19 @@ S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
           "AWS_ALLOW_HTTP")
 
 
+def lake_options(opts: Options) -> dict[str, str]:
+    """The storage options of the --lake URI: for s3://, the standard AWS_* environment variables."""
+    import os
+
+    return {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
+
+
 def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     """Open the lake named by --lake. For an s3:// lake the storage options come from the standard AWS_*
     environment variables (never from the command line, so secrets stay out of shell history).
 
     Only writers pass `create=True` (ingest, publish, register); they say on stderr when they created
     the lake, so a typo in --lake is visible. Every other command refuses a URI that holds no lake."""
-    import os
 
     from ..errors import LakeNotFoundError
     from ..lake import Lake
@@ -104,7 +118,7 @@ def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     if not opts.lake.strip():  # Path("") is the current directory: never a lake by accident
         raise InputError("--lake must not be empty", argument="--lake")
     if opts.lake.startswith("s3://") and "storage_options" not in kw:
-        kw["storage_options"] = {k: os.environ[k] for k in S3_ENV if k in os.environ}
+        kw["storage_options"] = lake_options(opts)
     try:
         lake = Lake.open(opts.lake, create=create, **kw)
     except LakeNotFoundError as exc:  # name the argument the user typed

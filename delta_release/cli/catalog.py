@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .base import S3_ENV, Options, command_options, emit
+from .base import Options, command_options, emit, lake_options
 
 
 @click.group()
@@ -27,13 +27,21 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     present in both with different content is refused (exit 3). The SQLite file is left in place; from
     now on the lake uses its lake-resident catalog (unless DELTA_RELEASE_CATALOG says otherwise).
     """
+    from ..erasure.ledger import load_key
     from ..errors import InputError
     from ..gateway.catalog import SqliteCatalog
-    from ..gateway.lake_catalog import CATALOG_ENV, SQLITE_PATH, LakeCatalog, migrate_catalog
+    from ..gateway.lake_catalog import (
+        CATALOG_ENV,
+        SQLITE_PATH,
+        LakeCatalog,
+        check_own_catalog,
+        migrate_catalog,
+        not_a_catalog,
+    )
+    from ..lakeroot import open_root
     from ..storage import Storage
 
-    options = {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
-    storage = Storage(opts.lake, options)
+    storage = Storage(opts.lake, lake_options(opts))
     if source is not None:
         path = Path(source[1])
     elif os.environ.get(CATALOG_ENV, "") not in ("", "lake", "sqlite", "memory"):
@@ -45,7 +53,15 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
                          "name it with --from sqlite PATH", uri=storage.root)
     if not path.is_file():
         raise InputError(f"catalog migrate: no SQLite catalog at {path}", path=str(path))
-    report = migrate_catalog(SqliteCatalog(path), LakeCatalog(storage))
+    open_root(storage, create=False)  # a mistyped --lake gets no `_catalog/` (LakeNotFoundError, exit 2)
+    problem = not_a_catalog(path)  # read-only first: a file that is not our catalog is neither changed nor taken
+    if problem:
+        raise InputError(f"catalog migrate: {problem}", path=str(path))
+    load_key(storage, create=False)  # a process whose erasure key is not the lake's writes nothing (exit 3)
+    sqlite = SqliteCatalog(path)
+    check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from",
+                      compare_digest=True)
+    report = migrate_catalog(sqlite, LakeCatalog(storage))
     lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
              f"{report['present']} already there"]
     for t in report["tables"]:

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from .base import Options, command_options, emit, open_lake
+from ..errors import InputError
+from .base import Options, command_options, emit, lake_options, open_lake
 
 _LISTS = ("missing", "unexpected", "size_mismatch", "count_mismatch", "checksum_mismatch", "schema_mismatch")
 
@@ -44,7 +45,8 @@ def publish(opts: Options, manifest: Path) -> None:
     from ..external import load_manifest, publish_manifest
     from ..tables import DEFAULT_TABLES_DIR, load_table_defs
 
-    load_manifest(manifest, load_table_defs(DEFAULT_TABLES_DIR))  # a bad manifest creates no lake
+    parsed = load_manifest(manifest, load_table_defs(DEFAULT_TABLES_DIR))  # a bad manifest creates no lake
+    _nothing_to_publish_without_a_lake(opts, parsed)
     lake = open_lake(opts, create=True)
     report = publish_manifest(lake, load_manifest(manifest, lake.tables)).to_json()
     text = _gate_text(report)
@@ -57,3 +59,21 @@ def publish(opts: Options, manifest: Path) -> None:
     else:
         text += "\nnothing registered; the last published version stays readable"
     emit(opts, report, text, exit_code=0 if report["ok"] else 3)
+
+
+def _nothing_to_publish_without_a_lake(opts: Options, manifest: Any) -> None:
+    """When --lake holds no lake, `publish` may create one only where the producer put the manifest's
+    objects (its partition folder under the table's root): a mistyped --lake has none, and its gate would
+    fail after the lake had been created. InputError (exit 2), nothing created."""
+    from ..lakeroot import holds_lake
+    from ..storage import Storage
+    from ..tables import DEFAULT_TABLES_DIR, load_table_defs
+
+    root = Storage(opts.lake, lake_options(opts))
+    if holds_lake(root):
+        return
+    tdef = load_table_defs(DEFAULT_TABLES_DIR)[manifest.table]
+    folder = f"{tdef.location or tdef.name}/{manifest.directory}"
+    if not root.list(folder, recursive=False):
+        raise InputError(f"--lake {opts.lake}: holds no lake, and the manifest's objects are not there "
+                         f"({folder}/ is empty or missing): nothing to publish", argument="--lake")

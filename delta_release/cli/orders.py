@@ -22,10 +22,13 @@ def _batch_text(r: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("batch", type=click.Path(path_type=Path))
+@click.argument("path", metavar="BATCH", type=str)
 @command_options
-def ingest(opts: Options, batch: Path) -> None:
+def ingest(opts: Options, path: str) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
+    if not path.strip():  # (Path("") is ".": "batch file is a directory: ." said nothing useful)
+        raise InputError("batch path is empty", path=path)
+    batch = Path(path)
     if not batch.is_file():  # before the lake is opened: a bad argument creates nothing
         what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
         raise InputError(f"batch file {what}: {batch}", path=str(batch))
@@ -47,6 +50,8 @@ def replay(opts: Options, batch_id: str | None, all_batches: bool) -> None:
     """Re-apply retained raw batches (idempotent)."""
     if not batch_id and not all_batches:
         raise InputError("replay needs a BATCH_ID or --all")
+    if batch_id and all_batches:
+        raise InputError(f"replay takes a BATCH_ID or --all, not both (got {batch_id!r} and --all)")
     reports = [r.to_json() for r in open_lake(opts).replay(batch_id, all_batches=all_batches)]
     payload = reports[0] if batch_id and len(reports) == 1 else {"batches": reports}
     emit(opts, payload, "\n".join(_batch_text(r) for r in reports) or "no raw batches")
@@ -72,7 +77,9 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
         try:
             frame = (lake.gateway.read_duckdb(table, resolved) if engine == "duckdb"
                      else lake.scan(table, resolved).collect())
-        except Exception as exc:  # noqa: BLE001 - files gone from storage: a refusal naming the version
+        except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":  # (pyo3's)
+                raise
             err = missing_files_error(lake, table, resolved, exc)
             if err is exc:
                 raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .base import Options, command_options, emit, open_lake
+from .base import Options, command_options, emit, lake_options, open_lake
 
 
 @click.command()
@@ -17,8 +17,13 @@ def register(opts: Options, name: str, uri: str) -> None:
     Exit 3 when a referenced file is missing or has the wrong size. Files under the table root that no
     version references are reported, not refused. Read it with `read --table NAME [--version N]`.
     """
-    from ..register import register_table
+    from ..lakeroot import holds_lake
+    from ..register.registry import check_source, register_table
+    from ..storage import Storage
 
+    options = lake_options(opts)
+    if not holds_lake(Storage(opts.lake, options)):  # a new lake only for a table that passes its gate
+        check_source(name, uri, options)
     result = register_table(open_lake(opts, create=True), name, uri).to_json()
     reader = result["reader"]
     how = reader["engine"] or "no installed engine (reads are refused)"

@@ -174,7 +174,8 @@ def _erase(lake: LakeContext, subject_id: str, table: str, *, raw_retention_days
     entry = ledger.update(
         entry, state="done", version=report.version if report.version is not None else entry.version,
         exposed=exposed, files=sorted(holding), raw_batches=raw_batches_holding(lake, subject_id),
-        rows_removed=entry.rows_removed + report.rows_removed)
+        rows_removed=entry.rows_removed + report.rows_removed,
+        retention={"raw_days": raw_retention_days, "backup_days": backup_expiry_days or 0.0})
     report.exposed_versions = exposed
     report.temp_files_removed = [t.path for t in sweep_lake_temp(lake.storage, tables=lake.table_roots())]
     report.pending = pending_for(lake, entry, raw_retention_days=raw_retention_days,

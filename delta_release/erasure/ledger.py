@@ -17,6 +17,7 @@ so `exposed` answers "may this version be read?" without reading any data.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -40,13 +41,70 @@ def load_key(storage: Storage, *, create: bool) -> bytes:
     Two processes racing to create it end with ONE key: each writes a fresh secret create-only (a hard
     link on local disk, `If-None-Match: *` on S3), the loser's write is refused, and both then read the
     winner's bytes. A reader never sees a half-written key (the name appears with its full content).
+
+    The key in use must be the lake's own (`_check_key`): with another key (DELTA_RELEASE_ERASURE_KEY set
+    differently, or unset on a lake whose key came from it), every erased order's keyed hash misses the
+    ledger, and a replay or a new event would bring the order back.
     """
     env = os.environ.get(ENV_KEY)
     if env:
-        return env.encode()
-    if create and not storage.exists(KEY_PATH):
-        storage.write_once(KEY_PATH, secrets.token_hex(32).encode(), mode=0o600)
-    return storage.read_bytes(KEY_PATH).strip()
+        key, source = env.encode(), ENV_KEY
+    else:
+        if not storage.exists(KEY_PATH):
+            # the lake's key came from the environment (a new one cannot match), unless a racing creator
+            # wrote the key file (then its check) since the first look: the key file is always first
+            if storage.exists(CHECK_PATH) and not storage.exists(KEY_PATH):
+                raise ErasureKeyError(f"this lake's erasure key was given by {ENV_KEY} (it has no {KEY_PATH}): "
+                                      f"set {ENV_KEY} to it; a new key would let erased orders back",
+                                      uri=storage.root)
+            if create:
+                storage.write_once(KEY_PATH, secrets.token_hex(32).encode(), mode=0o600)
+        key, source = storage.read_bytes(KEY_PATH).strip(), KEY_PATH
+    _check_key(storage, key, source)
+    return key
+
+
+CHECK_PATH = "_erasure/key.check"
+_CHECK_LABEL = b"delta-release/erasure-key-check/1"
+
+
+class ErasureKeyError(SafetyError):
+    """The erasure key in use is not the lake's (exit 3): erased orders would not be recognised."""
+
+
+def _key_check(key: bytes) -> bytes:
+    """What `_erasure/key.check` holds: an HMAC of a fixed label under the key (it tells keys apart, and
+    says no more about the key than the ledger's keyed hashes of order ids already do)."""
+    mark = hmac.new(key, _CHECK_LABEL, hashlib.sha256).hexdigest()
+    return json.dumps({"format": "delta-release/erasure-key-check/1", "check": mark}, sort_keys=True).encode()
+
+
+def _check_key(storage: Storage, key: bytes, source: str) -> None:
+    """Refuse a key that is not the lake's own. The first process to use a key on a lake records its check
+    (create-only; a lake written before the check gets it then), every later one compares with it. On a
+    lake without the check, a key from the environment must equal the lake's key file, if it has one."""
+    mine = _key_check(key)
+    for _ in range(2):
+        try:
+            stored: bytes | None = storage.read_bytes(CHECK_PATH)
+        except FileNotFoundError:
+            stored = None
+        if stored is not None:
+            if stored.strip() != mine:
+                raise ErasureKeyError(f"the erasure key from {source} is not this lake's key ({CHECK_PATH} "
+                                      f"does not match): erased orders would not be recognised; give the key "
+                                      f"this lake was written with", uri=storage.root)
+            return
+        if source == ENV_KEY and storage.exists(KEY_PATH) and storage.read_bytes(KEY_PATH).strip() != key:
+            raise ErasureKeyError(f"the erasure key from {ENV_KEY} is not this lake's key ({KEY_PATH}): "
+                                  f"erased orders would not be recognised; unset it or give the lake's key",
+                                  uri=storage.root)
+        try:
+            if storage.write_once(CHECK_PATH, mine):
+                return
+        except OSError:
+            return  # a reader without write access: nothing recorded, nothing to compare with
+        # another process recorded its check first: compare with it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +119,9 @@ class ErasureEntry:
     raw_batches: list[str] = field(default_factory=list)  # raw batch ids whose bytes hold the subject
     rows_removed: int = 0
     owner: str | None = None  # "<host tag>-<pid>" of the erasing process while pending (never an id)
+    # the request's retention: {"raw_days": float, "backup_days": float (0: no backups)}; None before it
+    # was recorded (entries of earlier versions), then the defaults apply
+    retention: dict[str, float] | None = None
 
     @property
     def done(self) -> bool:

@@ -12,6 +12,8 @@ the erasure records their batch ids in the ledger entry; everything else is reco
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -32,9 +34,14 @@ def _parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
 
 
-def raw_batches_holding(lake: LakeContext, subject_id: str) -> list[str]:
-    """Ids of the raw batches whose bytes hold `subject_id` (an event for it, or a rejected line naming it)."""
+def raw_batches_holding(lake: LakeContext, subject_id: str, *, as_order_id: bool = False) -> list[str]:
+    """Ids of the raw batches whose bytes hold `subject_id` (an event for it, or a rejected line naming it).
+    A rejected line that could not be read as an event names it when its text contains it anywhere (what
+    an erasure must report), or, with `as_order_id`, only as the value of an `order_id` key (what proves
+    the lake saw that order: `upsert` or `USD` are in every line's text)."""
     needle = subject_id.encode("utf-8")
+    named = re.compile('"order_id"[ \t]*:[ \t]*(?:' + "|".join(re.escape(json.dumps(subject_id, ensure_ascii=a))
+                                                            for a in (True, False)) + ")")
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # the raw batches are the keyed table's events
     out = []
     for batch in lake.raw.list():
@@ -43,7 +50,8 @@ def raw_batches_holding(lake: LakeContext, subject_id: str) -> list[str]:
             continue
         decoded = decode_batch(data)
         hit = subject_id in set(decoded.events[key].to_list()) or any(
-            r.order_id == subject_id or (r.order_id is None and r.raw is not None and subject_id in r.raw)
+            r.order_id == subject_id or (r.order_id is None and r.raw is not None and (
+                named.search(r.raw) is not None if as_order_id else subject_id in r.raw))
             for r in decoded.rejects)
         if hit:
             out.append(batch.batch_id)
@@ -52,7 +60,11 @@ def raw_batches_holding(lake: LakeContext, subject_id: str) -> list[str]:
 
 def pending_for(lake: LakeContext, entry: ErasureEntry, *, raw_retention_days: float = RAW_RETENTION_DAYS,
                 backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[dict[str, Any]]:
-    """What still holds `entry`'s subject now, each with `what` and `until` (ISO time)."""
+    """What still holds `entry`'s subject now, each with `what` and `until` (ISO time). The retention the
+    erasure was requested with, recorded in its entry, wins over the arguments (the defaults)."""
+    if entry.retention is not None:
+        raw_retention_days = entry.retention.get("raw_days", raw_retention_days)
+        backup_expiry_days = entry.retention.get("backup_days", backup_expiry_days)
     now = lake.clock.now()
     erased_at = _parse(entry.erased_at)
     out: list[dict[str, Any]] = []

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import iso
-from ..errors import DeltaReleaseError, VacuumedVersionError
+from ..errors import DeltaReleaseError, GateError, VacuumedVersionError
 from .lineage import Lineage, merge_ranges
 from .permission import snapshot_allowed
 
@@ -107,9 +107,42 @@ def check_readable(lake: Lake, table: str, version: int, *, action: str = "readi
         raise vacuumed_error(lake, table, version, pub.version if pub else version, rec, action=action)
 
 
+def _damaged(lake: Lake, table: str, version: int, store: Any) -> GateError | None:
+    """A GateError for the first file of `version` that is not what was committed (a truncated or
+    overwritten file, on which Polars may panic), else None: first the size its log entry records (a stat
+    each), then, all sizes equal, the sha256 our commit's evidence recorded (each file read once, stopping
+    at the first that differs; this runs only after a read failed)."""
+    import hashlib
+
+    from ..index.files import recorded_sha256
+
+    files = lake.gateway.files(table, version)
+    for f in files:
+        size = store.size(f.path)
+        if size is not None and size != f.size:
+            return GateError(f"data file {f.path} of {table} version {version} is damaged: {size} bytes on "
+                             f"storage, its log entry says {f.size}", path=f.path, mismatch="size",
+                             table=table, version=version)
+    recorded = recorded_sha256(lake, table, [f.path for f in files])
+    for f in files:
+        want = recorded.get(f.path)
+        if not want:
+            continue
+        digest = hashlib.sha256()
+        with store.open_input(f.path) as handle:
+            while block := handle.read(8 << 20):
+                digest.update(block)
+        if digest.hexdigest() != want:
+            return GateError(f"data file {f.path} of {table} version {version} is damaged: its sha256 is not "
+                             "the one its commit recorded", path=f.path, mismatch="sha256",
+                             table=table, version=version)
+    return None
+
+
 def missing_files_error(lake: Lake, table: str, version: int | None, exc: BaseException) -> BaseException:
     """For a read that failed (`exc`): a VacuumedVersionError when files of the version are missing from
-    storage (a vacuum of ours, or files removed by someone else), else `exc` itself."""
+    storage (a vacuum of ours, or files removed by someone else), a GateError when one has the wrong size
+    (damaged), else `exc` itself."""
     try:
         pub = lake.published(table)
         if pub is None:
@@ -124,7 +157,7 @@ def missing_files_error(lake: Lake, table: str, version: int | None, exc: BaseEx
                 return False
 
         if present(version):
-            return exc
+            return _damaged(lake, table, version, store) or exc
         return vacuumed_error(lake, table, version, pub.version, removed_by(lake, table, version),
                               present=present)
     except Exception:  # noqa: BLE001 - diagnosing must never hide the original failure

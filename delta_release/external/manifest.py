@@ -180,13 +180,28 @@ def _parse_file(f: Any, key: str, directory: str, source: str, seen: set[str]) -
                         records=_int(f, "records", source, f"{key}.records"), sha256=sha)
 
 
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
+
+
 def load_manifest(path: str | os.PathLike[str], tables: dict[str, TableDef]) -> Manifest:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"manifest not found: {p}", file=str(p))
     try:
         with paused_gc():
-            doc = json.loads(p.read_text(encoding="utf-8"))
+            doc = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=_no_repeated_keys)
+    except _RepeatedKey as exc:  # which value counts would be a guess: refused, as the release config does
+        raise InputError(f"manifest {p}: key {exc.args[0][:80]!r} appears twice in one object", file=str(p)) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"manifest {p}: not valid JSON ({exc})", file=str(p)) from exc
     except RecursionError:  # e.g. 100,000 nested arrays: no manifest is nested more than 3 levels

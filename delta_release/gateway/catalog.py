@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS publications (
 class SqliteCatalog:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.created = not path.exists()  # this object made the file (Lake.open removes it if it refuses)
         path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(self.path, timeout=60)
         try:

@@ -30,9 +30,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import _delta
 from ..errors import DeltaReleaseError, GenerationConflictError, InputError, NotFoundError
 from ..storage import Storage
-from .catalog import Catalog, MemoryCatalog, Publication, SqliteCatalog, TableEntry
+from ..tables import DEFAULT_TABLE
+from .catalog import Catalog, Publication, SqliteCatalog, TableEntry
 
 ROOT = "_catalog"
 TABLES = f"{ROOT}/tables"
@@ -46,7 +48,7 @@ WIDTH = 20
 SQLITE_PATH = f"{ROOT}/catalog.sqlite"
 CATALOG_ENV = "DELTA_RELEASE_CATALOG"
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # what a catalog stores
 
 
 def _key(n: int) -> str:
@@ -99,7 +101,7 @@ class LakeCatalog:
     # -- tables ----------------------------------------------------------------------------------
     @staticmethod
     def _check(name: str) -> str:
-        if not _NAME.fullmatch(name):
+        if not TABLE_NAME.fullmatch(name):
             raise InputError(f"table name {name!r} cannot be stored in the lake catalog "
                              "(letters, digits, '_', '.', '-'; at most 128)", table=name)
         return name
@@ -146,7 +148,7 @@ class LakeCatalog:
     def tables(self) -> list[TableEntry]:
         names = sorted({o.path[len(TABLES) + 1:].split("/", 1)[0]
                         for o in self.storage.list(TABLES) if o.path.endswith(".json")})
-        out = [self.table(n) for n in names if _NAME.fullmatch(n)]
+        out = [self.table(n) for n in names if TABLE_NAME.fullmatch(n)]
         return [t for t in out if t is not None]
 
     # -- publications ----------------------------------------------------------------------------
@@ -241,11 +243,70 @@ class LakeCatalog:
             self._point(name, self.storage.read_bytes(self._pub_path(name, pub.generation)))
 
 
+def describe_catalog(catalog: Catalog) -> str:
+    """The catalog in a few words, for messages."""
+    if isinstance(catalog, SqliteCatalog):
+        return f"SQLite file {catalog.path}"
+    if isinstance(catalog, LakeCatalog):
+        return f"lake-resident, {catalog.storage.uri(ROOT)}"
+    return type(catalog).__name__
+
+
+def not_a_catalog(path: Path) -> str | None:
+    """Why an existing file at `path` is not a delta-release SQLite catalog (read-only: a file that is not
+    one is neither changed nor taken), or None (it is one, or it does not exist yet)."""
+    import sqlite3
+
+    if not path.exists():
+        return None
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            ours = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'publications'").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return f"{path} is not a SQLite catalog ({exc})"
+    return None if ours is not None else f"{path} is not a delta-release SQLite catalog (no publications table)"
+
+
+def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str, compare_digest: bool = False) -> None:
+    """Refuse `catalog` as the catalog of the lake at `storage` when it has no publication of the orders
+    table while that table has commits: it is some other catalog (a new, empty one, a mistyped file, a
+    migration's wrong source), and using it would hide everything the lake published (InputError, exit 2,
+    naming the catalog and `hint`).
+
+    `compare_digest` (a catalog named explicitly: DELTA_RELEASE_CATALOG, `migrate --from`): also refuse one
+    whose current orders publication records a commit digest that is not the digest of this lake's commit
+    at that version: another lake's catalog. (One read of that commit's log entry; publications labelled
+    otherwise, such as a release run's or version 0's, cannot be compared and pass.)"""
+    entry = catalog.table(DEFAULT_TABLE)
+    location = entry.location if entry is not None else DEFAULT_TABLE
+    uri = location if "://" in location or location.startswith("/") else storage.uri(location)
+    current = catalog.current(DEFAULT_TABLE)
+    if current is not None:
+        if compare_digest and _DIGEST.fullmatch(current.digest or ""):
+            ours = (_delta.version_evidence(uri, storage.storage_options, current.version) or {}).get("digest")
+            if ours != current.digest:
+                raise InputError(f"the catalog ({describe_catalog(catalog)}) publishes {DEFAULT_TABLE} version "
+                                 f"{current.version} with a commit digest this lake's version {current.version} does "
+                                 f"not have: it is another lake's catalog; {hint}", uri=storage.root)
+        return
+    latest = _delta.latest_version(uri, storage.storage_options)
+    if latest:  # (0 or None: no commit beyond the empty table, nothing to hide)
+        raise InputError(f"the catalog ({describe_catalog(catalog)}) has no publication of {DEFAULT_TABLE}, "
+                         f"whose table is at version {latest}: it is not this lake's catalog; {hint}",
+                         uri=storage.root)
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")  # a commit evidence digest (other publications carry labels)
+
+
 def has_lake_catalog(storage: Storage) -> bool:
     return storage.exists(MARKER)
 
 
-def catalog_for(storage: Storage, env: Mapping[str, str] | None = None) -> Catalog:
+def catalog_for(storage: Storage, env: Mapping[str, str] | None = None, *, new_lake: bool = False) -> Catalog:
     """The catalog a lake uses when the caller passes none (Lake.open(catalog=...) always wins).
 
     `DELTA_RELEASE_CATALOG` selects: `lake` (lake-resident), `sqlite` (the lake's own
@@ -253,19 +314,28 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None) -> Catal
     that already holds a lake-resident catalog (its `_catalog/format.json`, e.g. after `catalog
     migrate`) and every `s3://` lake use the lake-resident catalog; other local lakes keep SQLite, the
     one-machine default that existing lakes were created with (no migration forced on them).
+    A path that names no file is refused for an existing lake (`new_lake` False): a new, empty catalog
+    would hide every publication the lake has (a typo must not create one).
     """
     env = os.environ if env is None else env
     choice = (env.get(CATALOG_ENV) or "").strip()
     if choice == "lake":
         return LakeCatalog(storage)
-    if choice == "memory":
-        return MemoryCatalog()
+    if choice == "memory":  # (the API's catalog=MemoryCatalog() remains, for tests)
+        raise InputError(f"{CATALOG_ENV}=memory would keep the lake's publications in this process only: a "
+                         "lake written so is unreadable afterwards; use lake, sqlite or a SQLite file path")
     if choice == "sqlite":
         if not storage.is_local:
             raise InputError(f"{CATALOG_ENV}=sqlite needs a local lake; give a path to a SQLite file",
                              uri=storage.root)
         return SqliteCatalog(storage.local_path(SQLITE_PATH))
     if choice:
+        if not new_lake and not Path(choice).is_file():
+            raise InputError(f"{CATALOG_ENV}={choice} names no SQLite file; an existing lake opens with the "
+                             "catalog it publishes to (a new file is made only with a new lake)", path=choice)
+        problem = not_a_catalog(Path(choice))
+        if problem:
+            raise InputError(f"{CATALOG_ENV}={choice}: {problem}", path=choice)
         return SqliteCatalog(Path(choice))
     if not storage.is_local or has_lake_catalog(storage):
         return LakeCatalog(storage)
@@ -288,6 +358,11 @@ def migrate_catalog(source: SqliteCatalog, target: LakeCatalog) -> dict[str, Any
                        | {t.name for t in source.tables()})
     finally:
         con.close()
+    unstorable = [n for n in names if not TABLE_NAME.fullmatch(n)]
+    if unstorable:  # before anything is written: a half-moved catalog would become the lake's default
+        raise InputError(f"catalog migrate: table name(s) {', '.join(repr(n[:80]) for n in unstorable)} cannot be "
+                         "stored in the lake catalog (letters, digits, '_', '.', '-'); nothing was moved",
+                         tables=[n[:80] for n in unstorable])
     tables: list[dict[str, Any]] = []
     publications: dict[str, dict[str, list[int]]] = {}
     current: dict[str, dict[str, int] | None] = {}

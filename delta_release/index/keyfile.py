@@ -304,7 +304,7 @@ RANGE_KEYS = 1 << 16
 
 class Source(NamedTuple):
     keys: Keys
-    mapped: mmap.mmap | None  # its memory map on local disk (each range's pages are released)
+    mapped: mmap.mmap | None  # its memory map: the file, or a local spool of an S3 object (pages released by range)
 
 
 class _Range(NamedTuple):

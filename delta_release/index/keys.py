@@ -33,7 +33,9 @@ RUNS_PER_LEVEL + 1 files whatever the number of versions; a file replaced by a m
 GRACE_VERSIONS versions later (a reader that still hits a deleted file lists again). One commit writes
 one file; a base is rewritten once every DELTAS_PER_RUN * RUNS_PER_LEVEL**2 commits (amortised, and the
 one cost whose time grows with the table; not its memory: merges pass over their inputs a range of the
-hash space at a time, keyfile.py `write_merged`; the fold at 50M orders: 8-13 s, no more memory than an ingest).
+hash space at a time, keyfile.py `write_merged`; the fold at 50M orders: 8-13 s, no more memory than an ingest;
+on S3 the inputs are streamed into unnamed local temp files and the output written to one, all
+memory-mapped (`$TMPDIR`: file pages the kernel can drop, `Storage.read_mapped`, `storage._spooled`)).
 
 A lookup at version P catches up first: the versions in (W, P] that no file covers (their writer crashed
 after its commit, or another path committed) are rebuilt from those commits' evidence (the files each
@@ -51,6 +53,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import tempfile
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from typing import Any
@@ -370,7 +373,7 @@ class KeyIndex:
     def rebuild(self, version: int) -> None:
         """The whole index from the table at `version` (a missing index). Deletes no file of this layout:
         writers may be rebuilding at the same time; a base hides every file up to its version. The keys
-        are hashed and sorted REBUILD_KEYS at a time into pieces (temp files on local disk), which one
+        are hashed and sorted REBUILD_KEYS at a time into pieces (memory-mapped temp files), which one
         merge makes the base: memory does not grow with the table."""
         paths = [e.path for e in _delta.file_entries(self.uri, self.options, version)] if version > 0 else []
         pieces: list[Source] = []
@@ -396,11 +399,16 @@ class KeyIndex:
         self._drop_legacy()
 
     def _piece(self, run: Run, temps: list[str]) -> Source:
-        """A sorted run as a merge input: on local disk written to a temp file (named in `temps`) and
-        memory-mapped, so a rebuild holds one piece at a time; elsewhere its bytes."""
+        """A sorted run as a merge input, written to a temp file and memory-mapped, so a rebuild holds one
+        piece at a time: on local disk in the lake's temp folder (named in `temps`), on an object store an
+        unnamed file in the system temp folder (`$TMPDIR`)."""
         data = _encode(run)
         if not self.index.is_local:
-            return Source(_decode(data, "rebuild piece"), None)
+            with tempfile.TemporaryFile(prefix="delta-release-") as handle:
+                handle.write(data)
+                handle.flush()
+                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            return Source(_decode(mapped, "rebuild piece"), mapped)
         path = self.index.temp_path()
         temps.append(path)
         with open(path, "wb") as handle:

@@ -88,17 +88,11 @@ def superseded(files: list[TierFile], grace: int) -> list[TierFile]:
 
 
 def read(storage: Storage, path: str) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
-    """A tier file's bytes, and its memory map when there is one: on local disk the file is mapped (the
-    mapping outlives the descriptor and the file's name, so a later delete is harmless), an empty file
-    reads as b"" (it cannot be mapped; the caller's decode refuses it); elsewhere the object is read.
-    FileNotFoundError when a merge deleted it since it was listed."""
-    if not storage.is_local:
-        return storage.read_bytes(path), None
-    with open(storage.local_path(path), "rb") as handle:
-        if handle.seek(0, 2) == 0:
-            return b"", None
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    return mapped, mapped
+    """A tier file's bytes, and its memory map (`Storage.read_mapped`: the file on local disk, a local
+    spool of the object on S3; the mapping outlives the name, so a later delete is harmless); an empty file
+    reads as b"" (the caller's decode refuses it). FileNotFoundError when a merge deleted it since it was
+    listed."""
+    return storage.read_mapped(path)
 
 
 def retry_listing(step: Callable[[], None], attempts: int = 3) -> None:

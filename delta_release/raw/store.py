@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..clock import iso
-from ..errors import DeltaReleaseError, InputError, NotFoundError
+from ..errors import InputError, NotFoundError, SafetyError
 from ..faults import crash_point
 from ..storage import Storage
 
@@ -56,8 +56,8 @@ class RawStore:
         if not created:
             stored = self._storage.read_bytes(self._data_path(sha))
             if hashlib.sha256(stored).hexdigest() != sha:
-                raise DeltaReleaseError(f"raw batch {sha[:16]} on storage does not match its name",
-                                        batch_id=sha[:16])
+                raise SafetyError(f"raw batch {sha[:16]} on storage does not match its name (damaged); refused",
+                                  batch_id=sha[:16])
         record = RawBatch(batch_id=sha[:16], sha256=sha, size=len(data), extracted=extracted,
                           received=iso(received), schema_versions=list(schema_versions))
         meta = json.dumps(asdict(record), sort_keys=True).encode()
@@ -99,8 +99,8 @@ class RawStore:
         which `read(batch_id)` needs to find the name; checked against the name as `read` does."""
         data = self._storage.read_bytes(self._data_path(sha))
         if hashlib.sha256(data).hexdigest() != sha:
-            raise DeltaReleaseError(f"raw batch {sha[:16]} on storage does not match its sha256",
-                                    batch_id=sha[:16])
+            raise SafetyError(f"raw batch {sha[:16]} on storage does not match its sha256 (damaged); refused",
+                              batch_id=sha[:16])
         return data
 
     def list(self) -> list[RawBatch]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _delta
 from ..errors import InputError, NotFoundError
+from ..gateway.lake_catalog import TABLE_NAME
 from ..storage import Storage
 from .inventory import InventoryReport, check_inventory
 from .problems import log_guard
@@ -43,10 +44,32 @@ class Registration:
                 "ambiguous_timestamp_partition": [a.to_json() for a in self.ambiguous]}
 
 
+def check_source(name: str, uri: str, options: dict[str, str]) -> None:
+    """What `register_table` checks of the table at `uri` before it needs a lake: the name, the table, its
+    inventory gate (the CLI runs it first when --lake holds no lake yet, so a failed register creates
+    none)."""
+    _check_name(name)
+    storage = Storage(uri, options)
+    with log_guard(name, None):
+        version = _delta.latest_version(storage.root, options)
+    if version is None:
+        raise NotFoundError(f"no Delta table at {storage.root}", uri=storage.root)
+    check_inventory(storage, version, table=name).raise_for_failure(name)
+
+
+def _check_name(name: str) -> None:
+    """A name every catalog can store (the lake-resident one keeps it in object names): letters, digits,
+    `_`, `.` and `-`, starting with a letter or digit, at most 128 characters. Spaces, newlines and
+    terminal escapes were accepted by SQLite, then stopped `catalog migrate` half-way."""
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+        shown = name[:80] if isinstance(name, str) else name
+        raise InputError(f"bad table name {shown!r}: use letters, digits, '_', '.' and '-', starting with a "
+                         "letter or digit (at most 128)", table=str(shown))
+
+
 def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
     """Gate the table at `uri` at its latest version, then catalog and publish it as `name`."""
-    if not name or "/" in name or name.startswith(("_", ".")):
-        raise InputError(f"bad table name {name!r}", table=name)
+    _check_name(name)
     storage = Storage(uri, lake.options)
     if name in lake.tables:
         raise InputError(f"{name} is one of the lake's own tables; register under another name", table=name)

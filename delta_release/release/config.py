@@ -10,14 +10,18 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ..arguments import MAXIMUM
+from ..errors import ConfigError, InputError
 from ..retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS, RETAIN_VERSIONS
+
+MAX_WINDOW = 36_500  # release.window_days: a century
 
 _ENV_REF = re.compile(r"^\$\{([A-Z_][A-Z0-9_]*)\}$")
 
@@ -267,6 +271,8 @@ def _read_yaml(p: Path, file: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError(f"{file}: not valid safe YAML{where}: {getattr(exc, 'problem', exc)}", file=file) from None
+    except RecursionError:  # thousands of nested [ or mappings: no release config is nested past 5 levels
+        raise ConfigError(f"{file}: nested too deeply to be a release config", file=file) from None
 
 
 def _lake_uri(uri: str, rel: Any, file: str) -> str:
@@ -333,6 +339,7 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
     sources = [_source_file(rel(s), f"sources.batches[{i}]", file) for i, s in enumerate(batches)]
     manifests = [_source_file(rel(s), f"sources.manifests[{i}]", file)
                  for i, s in enumerate(doc["sources"].get("manifests", []) or [])]
+    _parse_manifests(manifests, file)
     schema_fixtures = {v: _source_file(rel(fixtures[f"v{v}"]), f"checks.schema_fixtures.v{v}", file)
                        for v in (2, 3) if f"v{v}" in fixtures}
     if "schema_fixtures" in enabled and len(schema_fixtures) < 2:
@@ -367,18 +374,18 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
                                  "thresholds.stale_events.older_than_days", file, 0)),
         stale_events=share("stale_events.max_share"), moved_orders=share("moved_orders.max_share"))
 
-    def count(dotted: str, default: Any, low: float = 0) -> Any:
-        return _in_range(_get(doc, dotted, default), dotted, file, low)
+    def count(dotted: str, default: Any, low: float = 0, high: float = MAXIMUM) -> Any:
+        return _in_range(_get(doc, dotted, default), dotted, file, low, high)
 
     import hashlib
 
-    return ReleaseConfig(
+    config = ReleaseConfig(
         path=p, lake_uri=lake_uri, storage_options=options,
         sources=sources, manifests=manifests,
-        window_days=_in_range(_require(doc, "release.window_days", file), "release.window_days", file, 1),
+        window_days=_in_range(_require(doc, "release.window_days", file), "release.window_days", file, 1, MAX_WINDOW),
         raw_retention_days=float(count("retention.raw_days", RAW_RETENTION_DAYS)),
         backup_expiry_days=float(count("retention.backup_days", BACKUP_EXPIRY_DAYS)),
-        retained_snapshots=int(count("retention.retained_snapshots", RETAIN_VERSIONS, 1)),
+        retained_snapshots=int(count("retention.retained_snapshots", RETAIN_VERSIONS, 1, 2**31 - 1)),
         schema_fixtures=schema_fixtures,
         audit=AuditCheck(days=days, max_fraction=float(_in_range(_require(doc, "checks.audit.max_fraction", file),
                                                                  "checks.audit.max_fraction", file, 0.0, 1.0))),
@@ -388,3 +395,37 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
         lake_from="config" if lake_override is None else "--lake",
         create_lake=bool(doc["lake"].get("create", False)),
     )
+    _writable(packet_dir, file)
+    return config
+
+
+def _parse_manifests(manifests: list[Path], file: str) -> None:
+    """Each manifest parsed and checked as `publish` would, now: a bad one published nothing but failed the
+    run after it had shipped and published the orders (exit 2, no packet)."""
+    from ..external.manifest import load_manifest
+    from ..tables import DEFAULT_TABLES_DIR, load_table_defs
+
+    tables = load_table_defs(DEFAULT_TABLES_DIR)  # the tables a release run's lake has (open_run_lake)
+    for i, path in enumerate(manifests):
+        try:
+            load_manifest(path, tables)
+        except InputError as exc:
+            raise ConfigError(f"{file}: sources.manifests[{i}]: {exc.message}", file=file,
+                              key=f"sources.manifests[{i}]") from None
+
+
+def _writable(packet_dir: Path, file: str) -> None:
+    """The packet folder can be written (the last check of a valid config), so one that cannot fails the
+    run before it commits anything, not after it published (exit 1, no packet). Leaves no trace: a temp
+    file in the folder, or, when it does not exist yet, a temp folder in its nearest existing parent."""
+    existing = packet_dir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    try:
+        if existing == packet_dir:
+            tempfile.TemporaryFile(dir=packet_dir).close()
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=existing))
+    except OSError as exc:
+        raise ConfigError(f"{file}: packet.directory cannot be written: {packet_dir} ({exc.strerror or exc})",
+                          file=file, key="packet.directory") from None

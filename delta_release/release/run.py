@@ -192,7 +192,7 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         shutil.rmtree(scratch, ignore_errors=True)
         summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
                    "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
-                   "snapshot": {"table": "orders", "version": candidate,
+                   "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,  # as the packet
                                 "generation": publication.generation if publication else None}}
         lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
     tick(f"packet written: {packet_path}")
