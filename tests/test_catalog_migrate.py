@@ -102,8 +102,8 @@ def test_migrate_an_s3_lake_from_its_local_sqlite(s3server: S3Server, tmp_path: 
     assert reader.read()["order_id"].to_list() == ["a", "b"]
 
 
-def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(tmp_path: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """DELTA_RELEASE_CATALOG pointing an existing lake at another catalog (`lake` before a migration, a
     SQLite path that does not exist, `memory`) used to register the tables there and publish version 0:
     every reader then saw an empty table, and the lake's default switched to that catalog. Now: exit 2
@@ -142,7 +142,8 @@ def test_a_catalog_that_is_not_the_lakes_own_is_refused_and_nothing_is_written(t
     assert (tmp_path / "new.sqlite").is_file()
 
 
-def test_migrate_refuses_a_source_that_is_not_the_lakes_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_migrate_refuses_a_source_that_is_not_the_lakes_catalog(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """`catalog migrate --from sqlite` with an empty catalog or a foreign file moved nothing and made the lake's
     catalog lake-resident: readers then saw version 0 and the real catalog could no longer be moved (exit
     3). A file that is not SQLite was exit 1. A mistyped --lake got a `_catalog/`. All exit 2 now, nothing
@@ -166,7 +167,8 @@ def test_migrate_refuses_a_source_that_is_not_the_lakes_catalog(tmp_path: Path, 
         assert says in json.loads(out.stdout)["error"]["message"]
         assert not (root / "_catalog" / "format.json").exists()
     assert foreign.read_bytes() == foreign_bytes
-    out = cli(str(tmp_path / "typo"), "catalog", "migrate", "--from", "sqlite", str(root / "_catalog" / "catalog.sqlite"))
+    own = str(root / "_catalog" / "catalog.sqlite")
+    out = cli(str(tmp_path / "typo"), "catalog", "migrate", "--from", "sqlite", own)
     assert out.returncode == 2 and not (tmp_path / "typo").exists()
     out = cli(str(root), "read")
     assert out.returncode == 0 and [r["order_id"] for r in json.loads(out.stdout)["rows"]] == ["a"]
@@ -205,7 +207,8 @@ def test_another_lakes_catalog_is_refused_by_its_commit_digest(tmp_path: Path, m
     root.ingest(jsonl([up("a", 1)]))
     foreign = str(other.catalog.path)
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
-    for args, env in ((("ingest", str(tmp_path / "b.jsonl")), {CATALOG_ENV: foreign}), (("read",), {CATALOG_ENV: foreign}),
+    named = {CATALOG_ENV: foreign}
+    for args, env in ((("ingest", str(tmp_path / "b.jsonl")), named), (("read",), named),
                       (("catalog", "migrate", "--from", "sqlite", foreign), None)):
         (tmp_path / "b.jsonl").write_bytes(jsonl([up("c", 5)]))
         out = cli(str(tmp_path / "lake"), *args, env=env)

@@ -234,6 +234,7 @@ def test_no_lake_is_created_inside_another(tmp_path: Path) -> None:
     batch.write_bytes(jsonl([up("b", 2)]))
     before = tree(tmp_path)
     for inner in ("orders", "_raw", "orders/event_day=1/deeper"):
-        line = one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake" / inner), "ingest", str(batch)]))
+        res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake" / inner), "ingest", str(batch)])
+        line = one_line_refusal(res)
         assert "inside the lake at" in line
     assert tree(tmp_path) == before
