@@ -18,6 +18,8 @@ local disk, a HEAD or a one-page listing on S3.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.fs as pafs
 
 from .errors import InputError, LakeNotFoundError
@@ -59,6 +61,24 @@ def holds_lake(storage: Storage) -> bool:
         raise _unreachable(storage, exc) from None
 
 
+# The folders of a lake that hold its data (its tables are added from the table definitions): a new lake
+# there is a mistyped --lake. Other folders of a lake (`_release/`, a packet folder someone put inside it,
+# where a release run's drills make scratch lakes) may hold lakes.
+_DATA_FOLDERS = ("_raw", "_index", "_catalog", "_erasure", "_quarantine", "_tmp", "_vacuum", "_upkeep")
+
+
+def _inside_a_lake(root: Path) -> Path | None:
+    """The lake whose data folder (a table, the raw store, an index...) `root` is in, if any."""
+    for parent in root.parents:
+        if holds_lake(Storage(str(parent))):
+            from .tables import DEFAULT_TABLES_DIR, load_table_defs
+
+            tables = {t.location or t.name for t in load_table_defs(DEFAULT_TABLES_DIR).values()}
+            first = root.relative_to(parent).parts[0]
+            return parent if first in tables or first in _DATA_FOLDERS else None
+    return None
+
+
 def open_root(storage: Storage, *, create: bool) -> bool:
     """Check the root before `Lake.open` touches it. Returns True when the caller is creating a new lake.
 
@@ -76,7 +96,7 @@ def open_root(storage: Storage, *, create: bool) -> bool:
     if not create:
         raise LakeNotFoundError(storage.root)
     if storage.is_local:
-        inside = next((p for p in storage.local_path().parents if holds_lake(Storage(str(p)))), None)
+        inside = _inside_a_lake(storage.local_path())
         if inside is not None:  # e.g. --lake lake/orders: a lake inside a lake's table or raw store
             raise InputError(f"cannot create a lake at {storage.root}: it is inside the lake at {inside}",
                              uri=storage.root)

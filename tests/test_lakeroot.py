@@ -238,3 +238,6 @@ def test_no_lake_is_created_inside_another(tmp_path: Path) -> None:
         line = one_line_refusal(res)
         assert "inside the lake at" in line
     assert tree(tmp_path) == before
+    # a folder of the lake that holds none of its data (a packet folder someone put there, whose release
+    # runs make scratch lakes for their drills) may hold a lake
+    assert dr.Lake.create(tmp_path / "lake" / "packets" / "run-1" / "scratch").ingest(batch).version == 1
