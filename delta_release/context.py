@@ -121,7 +121,7 @@ class LakeContext:
 
     def resolve_location(self, location: str) -> str:
         """A catalog location as a URI: relative locations are inside this lake's root."""
-        return location if "://" in location or location.startswith("/") else self.storage.uri(location)
+        return self.storage.location_uri(location)
 
     def table_def(self, name: str) -> TableDef:
         """The definition of a table we write (table_defs/*.yaml); NotFoundError / InputError otherwise."""

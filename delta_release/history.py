@@ -43,7 +43,7 @@ def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
         row: HistoryEntry = {
             "version": entry.version,
             "timestamp": entry.timestamp,
-            "operation": (ev.operation if ev else None) or str(entry.operation),
+            "operation": str(commit_operation(entry)),
             "batch_ids": ev.batch_ids if ev else [],
             "files_added": added,
             "files_removed": removed,
@@ -55,6 +55,12 @@ def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
             row["restored_to"] = int(ev.details["restored_to"])
         out.append(row)
     return out
+
+
+def commit_operation(entry: _delta.CommitRecord) -> str | None:
+    """What a commit did: our evidence's operation (ingest, erase, release, ...), else the Delta operation
+    (WRITE, DELETE, ...) of a commit not ours. `history` and `status` both say it this way."""
+    return str((entry.evidence or {}).get("operation") or "") or entry.operation
 
 
 def _file_counts(store: Storage, version: int, ev: CommitEvidence | None) -> tuple[int, int]:

@@ -212,7 +212,6 @@ class Lake(LakeContext):
         return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
 
 
-
 def _check_own_catalog(lake: Lake) -> None:
     """Refuse a catalog that is not the existing lake's own (gateway/lake_catalog.py `check_own_catalog`):
     opening would register the tables in it and publish version 0, and every reader would then see an

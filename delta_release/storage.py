@@ -195,7 +195,9 @@ def _spooled(data: Body) -> Iterator[bytes | bytearray | mmap.mmap]:
             mapped.close()
 
 
-def _mapped(handle: BinaryIO) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
+def map_file(handle: BinaryIO) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
+    """An open file's bytes as a read-only memory map, and the map (b"" and None for an empty file, which
+    cannot be mapped); the map outlives the handle and the file's name."""
     if handle.seek(0, io.SEEK_END) == 0:
         return b"", None  # (an empty file cannot be mapped)
     mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
@@ -242,6 +244,10 @@ class Storage:
         rel = rel.strip("/")
         return f"{self._base}/{rel}" if rel else self._base
 
+    def location_uri(self, location: str) -> str:
+        """A catalog location as a URI: a relative one is under this root, an absolute path or URI as is."""
+        return location if "://" in location or location.startswith("/") else self.uri(location)
+
     def full_path(self, rel: str = "") -> str:
         """`rel` as a path of `self.fs` (for pyarrow datasets over several files)."""
         return self._full(rel)
@@ -270,13 +276,13 @@ class Storage:
         FileNotFoundError when it is gone."""
         if self.is_local:
             with open(self._full(rel), "rb") as handle:
-                return _mapped(handle)
+                return map_file(handle)
         with tempfile.TemporaryFile(prefix="delta-release-") as handle:
             with self.fs.open_input_stream(self._full(rel)) as stream:
                 while block := stream.read(SPOOL_BLOCK):
                     handle.write(block)
             handle.flush()
-            return _mapped(handle)
+            return map_file(handle)
 
     def open_input(self, rel: str) -> pafs.NativeFile:
         return self.fs.open_input_file(self._full(rel))

@@ -57,11 +57,16 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # noqa: BLE001 - the one funnel for unexpected errors
             internal_error(opts, exc)
         except BaseException as exc:
-            if type(exc).__name__ != "PanicException":  # KeyboardInterrupt, SystemExit, ...
+            if not rust_panic(exc):  # KeyboardInterrupt, SystemExit, ...
                 raise
-            internal_error(opts, exc)  # a Rust panic in Polars or delta-rs (pyo3's, a BaseException)
+            internal_error(opts, exc)
 
     return wrapper
+
+
+def rust_panic(exc: BaseException) -> bool:
+    """A Rust panic in Polars or delta-rs: pyo3's PanicException, a BaseException (not an Exception)."""
+    return type(exc).__name__ == "PanicException"
 
 
 def internal_error(opts: Options, exc: BaseException) -> None:

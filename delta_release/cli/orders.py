@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from .base import Options, command_options, emit, open_lake
+from .base import Options, command_options, emit, open_lake, rust_panic
 
 
 def _batch_text(r: dict[str, Any]) -> str:
@@ -78,7 +78,7 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
             frame = (lake.gateway.read_duckdb(table, resolved) if engine == "duckdb"
                      else lake.scan(table, resolved).collect())
         except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
-            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":  # (pyo3's)
+            if not isinstance(exc, Exception) and not rust_panic(exc):
                 raise
             err = missing_files_error(lake, table, resolved, exc)
             if err is exc:

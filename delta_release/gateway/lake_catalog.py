@@ -281,8 +281,7 @@ def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str, compare_
     at that version: another lake's catalog. (One read of that commit's log entry; publications labelled
     otherwise, such as a release run's or version 0's, cannot be compared and pass.)"""
     entry = catalog.table(DEFAULT_TABLE)
-    location = entry.location if entry is not None else DEFAULT_TABLE
-    uri = location if "://" in location or location.startswith("/") else storage.uri(location)
+    uri = storage.location_uri(entry.location if entry is not None else DEFAULT_TABLE)
     current = catalog.current(DEFAULT_TABLE)
     if current is not None:
         if compare_digest and _DIGEST.fullmatch(current.digest or ""):

@@ -64,7 +64,7 @@ import polars as pl
 from .. import _delta
 from ..evidence import CommitEvidence
 from ..stage.buckets import digests
-from ..storage import Storage
+from ..storage import Storage, map_file
 from . import tiers
 from .keyfile import (
     DAY,
@@ -402,20 +402,17 @@ class KeyIndex:
         """A sorted run as a merge input, written to a temp file and memory-mapped, so a rebuild holds one
         piece at a time: on local disk in the lake's temp folder (named in `temps`), on an object store an
         unnamed file in the system temp folder (`$TMPDIR`)."""
-        data = _encode(run)
-        if not self.index.is_local:
-            with tempfile.TemporaryFile(prefix="delta-release-") as handle:
-                handle.write(data)
-                handle.flush()
-                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            return Source(_decode(mapped, "rebuild piece"), mapped)
-        path = self.index.temp_path()
-        temps.append(path)
-        with open(path, "wb") as handle:
-            handle.write(data)
-        with open(path, "rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        return Source(_decode(mapped, path), mapped)
+        if self.index.is_local:
+            path = self.index.temp_path()
+            temps.append(path)
+            opened = open(path, "w+b")  # noqa: SIM115 - closed by the `with` below
+        else:
+            path, opened = "rebuild piece", tempfile.TemporaryFile(prefix="delta-release-")
+        with opened as handle:
+            handle.write(_encode(run))
+            handle.flush()
+            data, mapped = map_file(handle)
+        return Source(_decode(data, path), mapped)
 
     def _legacy(self) -> list[str]:
         """Files of a previous layout: per shard (`keys/<shard>/...`, `keys/v/...`; ignored, deleted once

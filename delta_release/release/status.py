@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _delta
 from ..clock import iso
+from ..history import commit_operation
 
 if TYPE_CHECKING:
     from ..lake import Lake
@@ -38,8 +39,8 @@ def table_status(lake: Lake, name: str, kind: str) -> dict[str, Any]:
     ahead = latest - (pub.version if pub is not None else -1)
     recent = _delta.history(uri, lake.options, max(1, min(ahead, _UNPUBLISHED_SHOWN)))
     head = recent[0]
-    out["latest"] = {"version": head.version, "at": _ms(head.timestamp), "operation": _operation(head)}
-    out["unpublished"] = [{"version": e.version, "at": _ms(e.timestamp), "operation": _operation(e),
+    out["latest"] = {"version": head.version, "at": _ms(head.timestamp), "operation": commit_operation(head)}
+    out["unpublished"] = [{"version": e.version, "at": _ms(e.timestamp), "operation": commit_operation(e),
                            "deferred": (e.evidence or {}).get("publication") == "deferred"}
                           for e in recent if pub is None or e.version > pub.version]
     out["unpublished_count"] = max(0, ahead if pub is not None else latest + 1)
@@ -126,9 +127,3 @@ def status_text(s: dict[str, Any], table_fn: Any) -> str:
                      + (f", held because {', '.join(run['failed_checks'])}" if run.get("failed_checks") else "")
                      + f")\n  packet {run['packet']}\n  report {run['report']}")
     return "\n".join(lines)
-
-
-def _operation(entry: _delta.CommitRecord) -> str | None:
-    """What the commit did, as `history` says it (our evidence's operation: ingest, erase, release...; the
-    Delta operation, such as WRITE, only for commits not ours)."""
-    return str((entry.evidence or {}).get("operation") or entry.operation or "") or None
