@@ -14,7 +14,10 @@ _LISTS = ("missing", "unexpected", "size_mismatch", "count_mismatch", "checksum_
 
 
 def _gate_text(r: dict[str, Any]) -> str:
-    head = (f"{r['table']} {r['partition']} generation {r['generation']}: "
+    from ..external.manifest import partition_directory
+
+    where = " ".join(partition_directory(k, v) for k, v in r["partition"].items())  # hour=09, not {'hour': 9}
+    head = (f"{r['table']} {where} generation {r['generation']}: "
             f"{'gate passed' if r['ok'] else 'GATE FAILED'} ({r['files']} files)")
     lines = [head]
     for kind in _LISTS:
