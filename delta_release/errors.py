@@ -94,10 +94,14 @@ class LakeNotFoundError(NotFoundError):
     """The URI holds no lake (see delta_release/lakeroot.py) and the caller may not create one."""
 
     def __init__(self, uri: str, *, argument: str | None = None) -> None:
-        how = ("ingest, publish and register create one" if argument else
-               "Lake.create(uri) or Lake.open(uri, create=True) creates one")
-        where = f"{argument} {uri}:" if argument else uri
-        super().__init__(f"{where} holds no lake (readers never create a lake; {how})", uri=uri)
+        if argument:  # the command line: a typo must not fork the lake, so creating one is asked for by name
+            import shlex
+
+            text = (f"{argument} {uri} holds no lake; create one with `delta-release init {shlex.quote(uri)}`, "
+                    "or pass --create to ingest, publish or register")
+        else:
+            text = f"{uri} holds no lake (Lake.create(uri) or Lake.open(uri, create=True) creates one)"
+        super().__init__(text, uri=uri)
         self.uri = uri
 
 

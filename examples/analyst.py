@@ -72,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pinned", type=int, default=None, help="version to compare with (default: the one before"
                                                              " the published)")
     args = ap.parse_args(argv)
+    try:
+        return session(args)
+    except (dr.DeltaReleaseError, OSError) as exc:  # a bad argument: one line, not a traceback
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{ap.prog}: error: {text}", file=sys.stderr)
+        return exc.exit_code if isinstance(exc, dr.DeltaReleaseError) else 2
 
+
+def session(args: argparse.Namespace) -> int:
     lake = dr.Lake.open(args.lake)
     published = lake.read("orders")                        # what every reader gets now
     version = lake.published("orders").version             # type: ignore[union-attr]

@@ -163,12 +163,13 @@ def test_register_flags_an_ambiguous_timestamp_partition(tmp_path: Path) -> None
     from delta_release.cli.main import cli
 
     table = table_path("data-reader-partition-values")
-    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "register", "pv", str(table)])
+    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "register", "--create", "pv",
+                                   str(table)])
     assert res.exit_code == 0, res.output
     flagged = json.loads(res.stdout)["ambiguous_timestamp_partition"]
     assert flagged == [{"column": "as_timestamp", "files": 2, "example": "2021-09-08 11:11:11", "read_as": "UTC"}]
-    text = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake2"), "register", "pv", str(table)])
+    text = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake2"), "register", "--create", "pv", str(table)])
     assert text.exit_code == 0 and "ambiguous_timestamp_partition: as_timestamp" in text.stdout, text.output
-    plain = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake3"), "--json", "register", "t",
+    plain = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake3"), "--json", "register", "--create", "t",
                                      str(table_path("data-reader-timestamp_ntz"))])  # timestamp_ntz: a wall clock
     assert plain.exit_code == 0 and json.loads(plain.stdout)["ambiguous_timestamp_partition"] == [], plain.output

@@ -31,7 +31,7 @@ CASES: dict[str, str] = {
 
 
 def ingest_json(lake_path: str, batch: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    result = CliRunner().invoke(cli, ["--lake", lake_path, "--json", "ingest", batch])
+    result = CliRunner().invoke(cli, ["--lake", lake_path, "--json", "ingest", "--create", batch])
     return result.exit_code, json.loads(result.stdout)
 
 

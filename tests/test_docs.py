@@ -57,7 +57,7 @@ def test_every_documented_option_and_command_exists() -> None:
 def test_analyst_guide_python_runs_on_a_lake(tmp_path: Path) -> None:
     pytest.importorskip("duckdb_ext")  # the guide loads DuckDB's delta extension from the interop wheel
     fixtures = REPO / "fixtures" / "orders"
-    for args in (["ingest", str(fixtures / "v3.jsonl")], ["erase", "ord-007"]):
+    for args in (["init"], ["ingest", str(fixtures / "v3.jsonl")], ["erase", "ord-007"]):
         done = subprocess.run([sys.executable, "-m", "delta_release", *args], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr

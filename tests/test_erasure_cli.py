@@ -27,7 +27,7 @@ def lake_dir(tmp_path: Path) -> Path:
     for i, events in enumerate([[up(SUBJECT, 1), up("a", 2)], [up("b", 3, day=48)], [rm(SUBJECT, 4)]]):
         batch = tmp_path / f"b{i}.jsonl"
         batch.write_bytes(jsonl(events))
-        code, out, _ = run(root, "ingest", str(batch))
+        code, out, _ = run(root, "ingest", "--create", str(batch))
         assert code == 0 and out["version"] == i + 1
     return root
 

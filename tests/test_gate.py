@@ -97,7 +97,7 @@ def test_gate_failure_through_cli_is_exit_3_with_json_error(tmp_path, monkeypatc
     monkeypatch.setattr(writer_mod, "stage_partitions", broken)
     batch = tmp_path / "b.jsonl"
     batch.write_bytes(jsonl([up("a", 1)]))
-    result = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "ingest", str(batch)])
+    result = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "ingest", "--create", str(batch)])
     assert result.exit_code == 3
     import json
 

@@ -1,4 +1,4 @@
-"""Writers create a lake, readers never do (delta_release/lakeroot.py): a typo refuses and creates nothing."""
+"""Only `init` and a writer given --create make a lake (delta_release/lakeroot.py): a typo refuses, creates nothing."""
 
 from __future__ import annotations
 
@@ -75,11 +75,37 @@ def test_lake_open_in_a_folder_without_a_lake_creates_nothing(tmp_path: Path, mo
     assert tree(tmp_path) == []
 
 
-def test_writers_create_and_say_so(tmp_path: Path) -> None:
-    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "ingest", str(ORDERS / "v2.jsonl")])
+@pytest.mark.parametrize("args", [["ingest", str(ORDERS / "v2.jsonl")], ["publish", str(MANIFEST)],
+                                  ["register", "sales", str(FIXTURES)]], ids=lambda a: a[0])
+def test_a_writer_refuses_a_missing_lake_naming_init_and_create(tmp_path: Path, args: list[str]) -> None:
+    """`--lake lakee ingest b.jsonl` created and published a new lake (a `note:` on stderr, exit 0): in a
+    scheduled job a typo forked the lake. A writer now creates one only when asked."""
+    before = tree(tmp_path)
+    err = one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lakee"), *args]))
+    assert err == (f"error: --lake {tmp_path / 'lakee'} holds no lake; create one with `delta-release init "
+                   f"{tmp_path / 'lakee'}`, or pass --create to ingest, publish or register\n")
+    assert tree(tmp_path) == before
+
+
+def test_init_creates_a_lake_once(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])
+    assert res.exit_code == 0 and res.stdout == f"created a new lake at {tmp_path / 'new'}\n", res.output
+    assert holds_lake(Storage(str(tmp_path / "new")))
+    before = tree(tmp_path)
+    again = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "--json", "init"])
+    assert again.exit_code == 0 and json.loads(again.stdout) == {"lake": str(tmp_path / "new"), "created": False}
+    assert tree(tmp_path) == before
+    ingest = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "ingest", str(ORDERS / "v2.jsonl")])
+    assert ingest.exit_code == 0 and ingest.stderr == "", ingest.output
+    both = CliRunner().invoke(cli, ["--lake", str(tmp_path / "a"), "init", str(tmp_path / "b")])
+    assert "init takes the lake as URI or as --lake, not both" in one_line_refusal(both)
+
+
+def test_writers_create_with_create_and_say_so(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "ingest", "--create", str(ORDERS / "v2.jsonl")])
     assert res.exit_code == 0, res.output
     assert res.stderr == f"note: created a new lake at {tmp_path / 'new'}\n"
-    again = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "ingest", str(ORDERS / "v3.jsonl")])
+    again = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "ingest", "--create", str(ORDERS / "v3.jsonl")])
     assert again.exit_code == 0 and "created" not in again.stderr
     read = CliRunner().invoke(cli, ["--lake", str(tmp_path / "new"), "--json", "read"])
     assert read.exit_code == 0 and json.loads(read.stdout)["rows"]
@@ -96,7 +122,8 @@ def test_a_writer_with_a_bad_argument_creates_nothing(tmp_path: Path) -> None:
     for args in (["ingest", str(tmp_path / "nope.jsonl")], ["publish", str(bad_manifest)],
                  ["publish", str(tmp_path / "nope.json")], ["publish", str(MANIFEST)],
                  ["register", "sales", str(not_delta)], ["register", "sales", str(tmp_path / "missing")]):
-        one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lakk"), *args]))
+        for create in ([], ["--create"]):
+            one_line_refusal(CliRunner().invoke(cli, ["--lake", str(tmp_path / "lakk"), *args, *create]))
     assert tree(tmp_path) == before
 
 
@@ -215,14 +242,14 @@ def test_a_lake_that_cannot_be_made_or_reached_is_one_line_exit_2(tmp_path: Path
     batch.write_bytes(jsonl([up("a", 1)]))
     if Path("/proc").is_dir():
         assert "cannot create a lake at /proc" in one_line_refusal(
-            CliRunner().invoke(cli, ["--lake", "/proc", "ingest", str(batch)]))
+            CliRunner().invoke(cli, ["--lake", "/proc", "ingest", "--create", str(batch)]))
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     for k, v in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "t",
                  "AWS_SECRET_ACCESS_KEY": "t", "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(k, v)
-    for args in (["status"], ["ingest", str(batch)]):
+    for args in (["status"], ["ingest", "--create", str(batch)]):
         line = one_line_refusal(CliRunner().invoke(cli, ["--lake", "s3://bucket/lake", *args]))
         assert "cannot read the lake at s3://bucket/lake" in line and "holds no lake" not in line
 
@@ -234,7 +261,7 @@ def test_no_lake_is_created_inside_another(tmp_path: Path) -> None:
     batch.write_bytes(jsonl([up("b", 2)]))
     before = tree(tmp_path)
     for inner in ("orders", "_raw", "orders/event_day=1/deeper"):
-        res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake" / inner), "ingest", str(batch)])
+        res = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake" / inner), "ingest", "--create", str(batch)])
         line = one_line_refusal(res)
         assert "inside the lake at" in line
     assert tree(tmp_path) == before

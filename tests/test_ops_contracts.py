@@ -108,13 +108,13 @@ def _pty_run(args: list[str], cwd: Path) -> tuple[str, str]:
 
 def test_progress_on_a_terminal_only(tmp_path: Path) -> None:
     batch = str(ORDERS / "history.jsonl")
-    out, tty = _pty_run(["--lake", "l1", "ingest", batch], tmp_path)
+    out, tty = _pty_run(["--lake", "l1", "ingest", "--create", batch], tmp_path)
     assert "ingest history.jsonl" in tty and "extracted 1209" in out  # progress on the terminal
-    out, tty = _pty_run(["--lake", "l2", "--json", "ingest", batch], tmp_path)
+    out, tty = _pty_run(["--lake", "l2", "--json", "ingest", "--create", batch], tmp_path)
     quiet = [line for line in tty.splitlines() if line.strip() and not line.startswith("note: created a new lake")]
     assert quiet == [] and json.loads(out)["extracted"] == 1209  # --json: no progress (the creation note stays)
-    piped = subprocess.run([sys.executable, "-m", "delta_release", "--lake", "l3", "ingest", batch], cwd=tmp_path,
-                           env=ENV, capture_output=True, text=True, timeout=120)
+    piped = subprocess.run([sys.executable, "-m", "delta_release", "--lake", "l3", "ingest", "--create", batch],
+                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and "ingest history.jsonl" not in piped.stderr  # not a terminal: no progress
     assert all(line.startswith("note: ") for line in piped.stderr.splitlines())
 

@@ -91,6 +91,7 @@ def test_installed_package_ingests_reads_and_runs_from_another_folder(installed:
     assert "ingest" in script.stdout and "run" in script.stdout
 
     cli = py + ["-m", "delta_release", "--lake", "lake", "--json"]
+    assert _run(cli + ["init"], cwd=cwd, site=site).returncode == 0  # ingest creates no lake by itself
     ingest = _run(cli + ["ingest", str(FIXTURES / "orders" / "v3.jsonl")], cwd=cwd, site=site)
     assert ingest.returncode == 0, ingest.stdout + ingest.stderr
     report = json.loads(ingest.stdout)

@@ -52,7 +52,7 @@ def lake(tmp_path: Path) -> dr.Lake:
 
 @pytest.mark.parametrize("name", [SPARK, PARTITIONED, DV, EDGE, MAPPING])
 def test_intact_third_party_tables_pass_the_gate(tmp_path: Path, name: str) -> None:
-    code, out = invoke(tmp_path / "lake", "register", "t", str(copy(name, tmp_path)))
+    code, out = invoke(tmp_path / "lake", "register", "--create", "t", str(copy(name, tmp_path)))
     assert code == 0, out
     assert out["ok"] and out["kind"] == "registered" and out["generation"] == 1
     assert out["missing"] == [] and out["size_mismatch"] == [] and out["unreferenced"] == []
@@ -61,7 +61,7 @@ def test_intact_third_party_tables_pass_the_gate(tmp_path: Path, name: str) -> N
 
 def test_spark_table_pinned_reads_through_the_gateway(tmp_path: Path) -> None:
     table = copy(SPARK, tmp_path)
-    code, out = invoke(tmp_path / "lake", "register", "spark", str(table))
+    code, out = invoke(tmp_path / "lake", "register", "--create", "spark", str(table))
     assert code == 0 and out["version"] == 13 and out["reader"]["engine"] == "polars"
     for version in (0, 5, 9, 10, 13):  # before, at and after the checkpoint
         code, read = invoke(tmp_path / "lake", "read", "--table", "spark", "--version", str(version))
@@ -101,7 +101,7 @@ def test_damaged_data_file_fails_the_gate_before_any_read(tmp_path: Path, name: 
         target.unlink()
     else:
         target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
-    code, out = invoke(tmp_path / "lake", "register", "t", str(table))
+    code, out = invoke(tmp_path / "lake", "register", "--create", "t", str(table))
     assert code == 3, out
     err = out["error"]
     assert err["type"] == "GateError"
@@ -127,7 +127,7 @@ def test_missing_deletion_vector_fails_the_gate(tmp_path: Path) -> None:
     table = copy(DV, tmp_path)
     dv_file = next(table.glob("deletion_vector_*.bin"))
     dv_file.unlink()
-    code, out = invoke(tmp_path / "lake", "register", "dv", str(table))
+    code, out = invoke(tmp_path / "lake", "register", "--create", "dv", str(table))
     assert code == 3 and out["error"]["missing"] == [dv_file.name]
 
 
@@ -136,7 +136,7 @@ def test_unreferenced_files_are_reported_not_refused(tmp_path: Path) -> None:
     stray = table / "c1=4" / "c2=c" / "part-99999-stray.c000.snappy.parquet"
     shutil.copy(next((table / "c1=4" / "c2=c").glob("*.parquet")), stray)
     (table / ".hidden.crc").write_bytes(b"x")  # hidden side files are not data
-    code, out = invoke(tmp_path / "lake", "register", "t", str(table))
+    code, out = invoke(tmp_path / "lake", "register", "--create", "t", str(table))
     assert code == 0 and out["unreferenced"] == ["c1=4/c2=c/part-99999-stray.c000.snappy.parquet"]
     assert pl.DataFrame(invoke(tmp_path / "lake", "read", "--table", "t")[1]["rows"]).height == 3
 
@@ -266,7 +266,8 @@ def test_every_spark_version_matches_duckdbs_own_log_replay(lake: dr.Lake, tmp_p
 
 @pytest.mark.parametrize("engine", ["polars", "duckdb"])
 def test_read_cli_reports_the_engine_that_read_a_registered_table(tmp_path: Path, engine: str) -> None:
-    code, _ = invoke(tmp_path / "lake", "register", "edge", str(copy("table_with_edge_timestamps", tmp_path)))
+    code, _ = invoke(tmp_path / "lake", "register", "--create", "edge",
+                     str(copy("table_with_edge_timestamps", tmp_path)))
     assert code == 0
     code, out = invoke(tmp_path / "lake", "read", "--table", "edge", "--engine", engine)
     assert code == 0, out
@@ -326,7 +327,7 @@ def test_history_of_a_registered_table_counts_each_commits_files(tmp_path: Path)
     """A commit another writer made carries none of our evidence: `history` counts the add and remove
     actions of its log entry (it reported 0 and 0 for every version)."""
     table = copy(SPARK, tmp_path)
-    assert invoke(tmp_path / "lake", "register", "spark", str(table))[0] == 0
+    assert invoke(tmp_path / "lake", "register", "--create", "spark", str(table))[0] == 0
     result = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake"), "--json", "history", "--table", "spark"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["versions"]

@@ -162,7 +162,8 @@ def test_cli_reaches_an_s3_lake_through_aws_environment(s3server: S3Server, tmp_
     env = {**os.environ, **s3server.options, "DELTA_RELEASE_CATALOG": str(tmp_path / "catalog.sqlite")}
     lake_uri = f"s3://{bucket}/lake"
     base = [sys.executable, "-m", "delta_release", "--lake", lake_uri, "--json"]
-    out = subprocess.run([*base, "ingest", str(ORDERS / "v3.jsonl")], env=env, capture_output=True, text=True)
+    out = subprocess.run([*base, "ingest", "--create", str(ORDERS / "v3.jsonl")], env=env, capture_output=True,
+                         text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["version"] == 1
     read = subprocess.run([*base, "read"], env=env, capture_output=True, text=True, check=True)

@@ -110,13 +110,24 @@ def lake_options(opts: Options) -> dict[str, str]:
     return {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
 
 
+CREATE_HELP = "Create the lake when --lake holds none (else exit 2; `delta-release init URI` creates one too)."
+
+
 def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     """Open the lake named by --lake. For an s3:// lake the storage options come from the standard AWS_*
     environment variables (never from the command line, so secrets stay out of shell history).
 
-    Only writers pass `create=True` (ingest, publish, register); they say on stderr when they created
-    the lake, so a typo in --lake is visible. Every other command refuses a URI that holds no lake."""
+    A missing lake is created only when asked by name: `init`, or `--create` on ingest, publish and
+    register (which then say so on stderr). Anything else refuses a URI that holds no lake (exit 2, naming
+    both ways to create it), so a typo in --lake never forks the lake."""
+    lake = lake_at(opts, create=create, **kw)
+    if lake.created:
+        click.echo(f"note: created a new lake at {lake.storage.root}", err=True)
+    return lake
 
+
+def lake_at(opts: Options, *, create: bool, **kw: Any) -> Any:
+    """`open_lake` without the note: the Lake at --lake (LakeNotFoundError naming --lake when missing)."""
     from ..errors import LakeNotFoundError
     from ..lake import Lake
 
@@ -125,9 +136,6 @@ def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     if opts.lake.startswith("s3://") and "storage_options" not in kw:
         kw["storage_options"] = lake_options(opts)
     try:
-        lake = Lake.open(opts.lake, create=create, **kw)
+        return Lake.open(opts.lake, create=create, **kw)
     except LakeNotFoundError as exc:  # name the argument the user typed
         raise LakeNotFoundError(exc.uri, argument="--lake") from None
-    if lake.created:
-        click.echo(f"note: created a new lake at {lake.storage.root}", err=True)
-    return lake

@@ -17,10 +17,39 @@ from ..retention import (
 from .base import Options, command_options, emit, open_lake
 
 
-def _pending_text(pending: list[dict[str, Any]]) -> str:
+def _pending_text(pending: list[dict[str, Any]], vacuum: str) -> str:
+    """Old data files wait for no date but for `vacuum --apply` (`vacuum`: that command, copy-pasteable)."""
     if not pending:
         return "nothing else holds the subject"
-    return "still pending:\n" + "\n".join(f"  {p['what']} until {p['until']}" for p in pending)
+    return "still pending:\n" + "\n".join(
+        f"  {p['what']} until `vacuum --apply` removes them: {vacuum}" if p["kind"] == "data_files"
+        else f"  {p['what']} until {p['until']}" for p in pending)
+
+
+def _ranges(ranges: list[list[int]]) -> str:
+    """[[1, 3], [5, 5]] -> '1-3, 5' (not a Python list)."""
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in ranges) or "none"
+
+
+def _why(removed: dict[str, Any]) -> str:
+    if removed["reason"] == "refused_version":  # recent, but only versions no one may read still need it
+        runs: list[list[int]] = []
+        for v in removed["versions"]:
+            if runs and runs[-1][1] == v - 1:
+                runs[-1][1] = v
+            else:
+                runs.append([v, v])
+        many = len(removed["versions"]) > 1
+        return (f"refused_version: only version{'s' if many else ''} {_ranges(runs)} need{'' if many else 's'} it,"
+                f" which hold{'' if many else 's'} an erased subject")
+    return str(removed["reason"])
+
+
+def vacuum_command(lake: str, table: str) -> str:
+    import shlex
+
+    table_arg = f" --table {shlex.quote(table)}" if table != "orders" else ""
+    return f"delta-release --lake {shlex.quote(lake)} vacuum --apply{table_arg}"
 
 
 @click.command()
@@ -51,8 +80,8 @@ def erase(opts: Options, order_id: str | None, resume: bool, table: str, raw_ret
                         backup_expiry_days=backup_expiry_days or None).to_json()
     where = "nothing to remove" if report["version"] is None else f"version {report['version']}"
     text = (f"erased subject {report['subject'][:16]} from {table}: {report['rows_removed']} row(s) removed"
-            f" ({where}); versions that still hold it are refused: {report['exposed_versions'] or 'none'}\n"
-            + _pending_text(report["pending"]))
+            f" ({where}); versions that still hold it are refused: {_ranges(report['exposed_versions'])}\n"
+            + _pending_text(report["pending"], vacuum_command(lake.storage.root, table)))
     emit(opts, report, text)
 
 
@@ -99,7 +128,7 @@ def vacuum(opts: Options, apply: bool, dry_run: bool, table: str, retain_version
     lines = [f"{table}: {verb} {len(report['removed'])} file(s), {report['bytes_removed']} bytes"
              + (f" ({by_reason})" if by_reason else "")
              + f"; kept {len(report['kept'])} old file(s) and {report['kept_current']} current"]
-    lines += [f"  {verb}: {r['path']} ({r['reason']})" for r in report["removed"]]
+    lines += [f"  {verb}: {r['path']} ({_why(r)})" for r in report["removed"]]
     lines += [f"  kept: {k['path']} ({k['reason']})" for k in report["kept"]]
     lines += [f"  {verb if t['action'] != 'kept' else 'kept'} temp file: {t['path']} ({t['state']}, {t['size']} bytes)"
               for t in report["temp_files"]]

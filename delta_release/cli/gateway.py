@@ -8,13 +8,16 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from .base import Options, command_options, emit, lake_options, open_lake
+from .base import CREATE_HELP, Options, command_options, emit, lake_options, open_lake
 
 _LISTS = ("missing", "unexpected", "size_mismatch", "count_mismatch", "checksum_mismatch", "schema_mismatch")
 
 
 def _gate_text(r: dict[str, Any]) -> str:
-    head = (f"{r['table']} {r['partition']} generation {r['generation']}: "
+    from ..external.manifest import partition_directory
+
+    where = " ".join(partition_directory(k, v) for k, v in r["partition"].items())  # hour=09, not {'hour': 9}
+    head = (f"{r['table']} {where} generation {r['generation']}: "
             f"{'gate passed' if r['ok'] else 'GATE FAILED'} ({r['files']} files)")
     lines = [head]
     for kind in _LISTS:
@@ -39,15 +42,17 @@ def gate(opts: Options, manifest: Path) -> None:
 
 @click.command()
 @click.argument("manifest", type=click.Path(path_type=Path))
+@click.option("--create", is_flag=True, help=CREATE_HELP)
 @command_options
-def publish(opts: Options, manifest: Path) -> None:
+def publish(opts: Options, manifest: Path, create: bool) -> None:
     """Gate, then one strict Delta commit of the files, then the catalog generation, then cache refresh."""
     from ..external import load_manifest, publish_manifest
     from ..tables import DEFAULT_TABLES_DIR, load_table_defs
 
     parsed = load_manifest(manifest, load_table_defs(DEFAULT_TABLES_DIR))  # a bad manifest creates no lake
-    _nothing_to_publish_without_a_lake(opts, parsed)
-    lake = open_lake(opts, create=True)
+    if create:
+        _nothing_to_publish_without_a_lake(opts, parsed)
+    lake = open_lake(opts, create=create)
     report = publish_manifest(lake, load_manifest(manifest, lake.tables)).to_json()
     text = _gate_text(report)
     if report["ok"]:
@@ -62,7 +67,7 @@ def publish(opts: Options, manifest: Path) -> None:
 
 
 def _nothing_to_publish_without_a_lake(opts: Options, manifest: Any) -> None:
-    """When --lake holds no lake, `publish` may create one only where the producer put the manifest's
+    """When --lake holds no lake, `publish --create` may create one only where the producer put the manifest's
     objects (its partition folder under the table's root): a mistyped --lake has none, and its gate would
     fail after the lake had been created. InputError (exit 2), nothing created."""
     from ..lakeroot import holds_lake

@@ -11,6 +11,7 @@ from .catalog import catalog
 from .drills import drill
 from .erasure import erase, rollback, vacuum
 from .gateway import gate, publish
+from .init import init
 from .orders import history, ingest, read, replay
 from .quarantine import quarantine
 from .register import register
@@ -31,7 +32,7 @@ def cli(ctx: click.Context, lake: str, as_json: bool, debug: bool) -> None:
                       lake_given=ctx.get_parameter_source("lake") is not click.core.ParameterSource.DEFAULT)
 
 
-for command in (ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
+for command in (init, ingest, replay, read, history, audit, drill, register, gate, publish, erase, rollback,
                 vacuum, run, quarantine, catalog, status):
     cli.add_command(command)
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from .base import Options, command_options, emit, open_lake, rust_panic
+from .base import CREATE_HELP, Options, command_options, emit, open_lake, rust_panic
 
 
 def _batch_text(r: dict[str, Any]) -> str:
@@ -23,8 +23,9 @@ def _batch_text(r: dict[str, Any]) -> str:
 
 @click.command()
 @click.argument("path", metavar="BATCH", type=str)
+@click.option("--create", is_flag=True, help=CREATE_HELP)
 @command_options
-def ingest(opts: Options, path: str) -> None:
+def ingest(opts: Options, path: str, create: bool) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
     if not path.strip():  # (Path("") is ".": "batch file is a directory: ." said nothing useful)
         raise InputError("batch path is empty", path=path)
@@ -38,7 +39,7 @@ def ingest(opts: Options, path: str) -> None:
     max_part_bytes()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
 
     with progress.step(f"ingest {batch.name} ({progress.human_bytes(batch.stat().st_size)})"):
-        report = open_lake(opts, create=True).ingest(batch).to_json()
+        report = open_lake(opts, create=create).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 
 

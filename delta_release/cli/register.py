@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .base import Options, command_options, emit, lake_options, open_lake
+from .base import CREATE_HELP, Options, command_options, emit, lake_options, open_lake
 
 
 @click.command()
 @click.argument("name")
 @click.argument("uri")
+@click.option("--create", is_flag=True, help=CREATE_HELP)
 @command_options
-def register(opts: Options, name: str, uri: str) -> None:
+def register(opts: Options, name: str, uri: str, create: bool) -> None:
     """Catalog the Delta table at URI as NAME once every file its latest version references is present.
 
     Exit 3 when a referenced file is missing or has the wrong size. Files under the table root that no
@@ -22,9 +23,9 @@ def register(opts: Options, name: str, uri: str) -> None:
     from ..storage import Storage
 
     options = lake_options(opts)
-    if not holds_lake(Storage(opts.lake, options)):  # a new lake only for a table that passes its gate
+    if create and not holds_lake(Storage(opts.lake, options)):  # a new lake only for a table that passes
         check_source(name, uri, options)
-    result = register_table(open_lake(opts, create=True), name, uri).to_json()
+    result = register_table(open_lake(opts, create=create), name, uri).to_json()
     reader = result["reader"]
     how = reader["engine"] or "no installed engine (reads are refused)"
     limits = f" (Polars cannot: {'; '.join(reader['polars_limits'])})" if reader["polars_limits"] else ""

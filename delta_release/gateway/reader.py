@@ -102,7 +102,10 @@ class Gateway:
         cached = self.check(table)
         if version is None:
             version = cached.version
-        elif version < 0 or version > cached.version:
+        elif version < 0:  # not a version at all, rather than one not published yet
+            raise InputError(f"version {version} of {table} is invalid: versions count up from 0 (published:"
+                             f" {cached.version})", table=table, version=version, argument="version")
+        elif version > cached.version:
             raise NotFoundError(f"version {version} of {table} is not published (published: {cached.version})",
                                 table=table, version=version, published=cached.version)
         check_snapshot(self.lake, table, version)

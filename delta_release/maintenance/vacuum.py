@@ -4,8 +4,10 @@ A version is *needed* when it is the latest or the published one, one of the new
 versions (rollback targets), or committed within the replay horizon (`replay_horizon_hours`, measured
 on the lake's clock; 0 turns it off). A version that still holds an erased subject is never needed: no
 read, restore or rollback may use it. Every data file a needed version references is kept. Every other
-file is removed: first of all files holding an erased subject, as soon as no needed version references
-them; then expired files; then orphans (in no version at all, e.g. staged files of a killed writer)
+file is removed: first of all files holding an erased subject (`erased_subject`), as soon as no needed
+version references them; then files that only versions refused for an erased subject still need, however
+recent (`refused_version`, with those `versions`); then expired files (`expired`: past the retention and
+the replay horizon); then orphans (in no version at all, e.g. staged files of a killed writer)
 once older than `orphan_grace_hours`, so an in-flight writer's staged candidate is never touched.
 
 Temp files anywhere in the lake (`.tmp-*`, left by a writer killed between writing and renaming them,
@@ -142,8 +144,15 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
             report.kept.append({"path": path, "reason": reason, "size": size,
                                 "versions": sorted(users)})
             continue
-        report.removed.append({"path": path, "reason": "erased_subject" if path in erased_files else "expired",
-                               "size": size})
+        if path in erased_files:
+            report.removed.append({"path": path, "reason": "erased_subject", "size": size})
+            continue
+        refused_users = lineage.referenced(path, set(refused))  # kept by retention but for an erased subject
+        if refused_users:
+            report.removed.append({"path": path, "reason": "refused_version", "size": size,
+                                   "versions": sorted(refused_users)})
+        else:
+            report.removed.append({"path": path, "reason": "expired", "size": size})
     report.removed.sort(key=lambda r: (r["reason"] != "erased_subject", r["path"]))
     report.bytes_removed = sum(r["size"] for r in report.removed)
     temps = lake_temp_files(lake.storage, max(orphan_grace_hours, 0) * 3600, tables=lake.table_roots())

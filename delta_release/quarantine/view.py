@@ -17,7 +17,7 @@ from .spans import line_spans
 if TYPE_CHECKING:
     from ..context import LakeContext
 
-_BATCH_ID = re.compile(r"[0-9a-f]{16}")
+_BATCH_ID = re.compile(r"[0-9a-f]{1,16}")  # a batch id or a prefix of one (git-style)
 WITHHELD = "withheld"
 SHOWN = "shown"
 NO_RAW = "raw_batch_gone"
@@ -25,7 +25,8 @@ NO_RAW = "raw_batch_gone"
 
 def _check(batch_id: str | None, reason: str | None) -> None:
     if batch_id is not None and not _BATCH_ID.fullmatch(batch_id):
-        raise InputError("--batch must be a batch id: 16 lower-case hex characters", option="--batch")
+        raise InputError(f"--batch {batch_id!r} is not a batch id: give its 16 lower-case hex characters, or a"
+                         " unique prefix of them", option="--batch")
     if reason is not None and reason not in REASON_CODES:
         raise InputError(f"--reason must be one of: {', '.join(REASON_CODES)}", option="--reason")
 
@@ -35,9 +36,8 @@ def quarantine_records(lake: LakeContext, *, batch_id: str | None = None, reason
     """The ledger's records as dicts (batch_id, line, offset, length, reason, detail, subject), filtered;
     with `show`, also `text` (None unless shown) and `text_state` (shown, withheld or raw_batch_gone)."""
     _check(batch_id, reason)
-    if batch_id is not None and not lake.quarantine.has(batch_id):
-        raise NotFoundError(f"batch {batch_id} has no quarantine ledger (it was never ingested)",
-                            batch_id=batch_id)
+    if batch_id is not None:
+        batch_id = resolve_batch(lake, batch_id)
     rows = lake.quarantine.rows(batch_id)
     if reason is not None:
         rows = rows.filter(pl.col("reason") == reason)
@@ -45,6 +45,23 @@ def quarantine_records(lake: LakeContext, *, batch_id: str | None = None, reason
     if show:
         _attach_text(lake, records)
     return records
+
+
+def resolve_batch(lake: LakeContext, prefix: str) -> str:
+    """The one batch whose ledger's id starts with `prefix` (a whole id is its own prefix). None:
+    NotFoundError; several: InputError naming how many and a few (both exit 2)."""
+    if len(prefix) == 16 and lake.quarantine.has(prefix):
+        return prefix
+    ids = sorted(p.rsplit("/", 1)[-1].removesuffix(".parquet") for p in lake.quarantine.paths())
+    matches = [i for i in ids if i.startswith(prefix)]
+    if not matches:
+        raise NotFoundError(f"no batch id starts with {prefix} (no quarantine ledger: never ingested?); "
+                            "`quarantine` lists every batch's records", batch_id=prefix)
+    if len(matches) > 1:
+        shown = ", ".join(matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise InputError(f"--batch {prefix} is ambiguous: {len(matches)} batch ids start with it ({shown}); give"
+                         " more characters", option="--batch", batch_id=prefix, candidates=len(matches))
+    return matches[0]
 
 
 def _attach_text(lake: LakeContext, records: list[dict[str, Any]]) -> None:

@@ -18,6 +18,7 @@ from ..contract import decode_batch
 from ..index.files import recorded_sha256
 from ..tables import DEFAULT_TABLE, KeyedColumns
 from ..views import current_rows, live_rows
+from .fixes import freshness_failure, schema_fixture_failure
 from .reference import accepted_events, compare, reference_current
 
 if TYPE_CHECKING:
@@ -58,16 +59,17 @@ def check_schema_fixture(ctx: RunContext, version: int) -> CheckResult:
     path = ctx.config.schema_fixtures[version]
     name = f"schema_fixture_v{version}"
     if not path.is_file():
-        return CheckResult(name=name, passed=False, detail=f"fixture not found: {path}")
+        detail, fix = schema_fixture_failure(ctx.config.path, version, path, None)
+        return CheckResult(name=name, passed=False, detail=detail, evidence={"fix": fix})
     decoded = decode_batch(path.read_bytes())
     ok = (decoded.extracted > 0 and not decoded.rejects and decoded.schema_versions == [version])
-    detail = (f"{path.name}: {decoded.accepted}/{decoded.extracted} lines decode as schema version {version}"
-              if ok else f"{path.name}: {len(decoded.rejects)} of {decoded.extracted} lines rejected "
-                         f"({decoded.reasons()}), versions seen {decoded.schema_versions}")
-    return CheckResult(name=name, passed=ok, detail=detail,
-                       evidence={"fixture": str(path), "extracted": decoded.extracted,
-                                 "accepted": decoded.accepted, "reasons": decoded.reasons(),
-                                 "schema_versions": decoded.schema_versions})
+    evidence: dict[str, Any] = {"fixture": str(path), "extracted": decoded.extracted, "accepted": decoded.accepted,
+                                "reasons": decoded.reasons(), "schema_versions": decoded.schema_versions}
+    if ok:
+        detail = f"{path.name}: {decoded.accepted}/{decoded.extracted} lines decode as schema version {version}"
+    else:
+        detail, evidence["fix"] = schema_fixture_failure(ctx.config.path, version, path, decoded)
+    return CheckResult(name=name, passed=ok, detail=detail, evidence=evidence)
 
 
 def check_amount_unit(ctx: RunContext) -> CheckResult:
@@ -222,13 +224,14 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
                         "omitted_object_rejected": live})
         ok = ok and bool(report["ok"]) and live
     ctx.evidence["freshness"] = reports
-    return CheckResult(name="freshness_gate", passed=ok,
-                       detail=f"{len(reports)} telemetry manifest(s) match their inventory; a manifest with an"
-                              " omitted object is rejected" if ok
-                       else "a telemetry manifest failed the gate, the gate missed an omitted object, or no"
-                            " manifest is configured",
-                       evidence={"manifests": [{k: r[k] for k in ("manifest", "generation", "omitted_object_rejected")}
-                                               | {"ok": r["gate"]["ok"]} for r in reports]})
+    evidence: dict[str, Any] = {"manifests": [{k: r[k] for k in ("manifest", "generation", "omitted_object_rejected")}
+                                              | {"ok": r["gate"]["ok"]} for r in reports]}
+    if ok:
+        detail = f"{len(reports)} telemetry manifest(s) match their inventory; a manifest with an omitted object is" \
+                 " rejected"
+    else:  # which of the three causes happened, and its fix
+        detail, evidence["fix"] = freshness_failure(ctx.config.path, reports)
+    return CheckResult(name="freshness_gate", passed=ok, detail=detail, evidence=evidence)
 
 
 # -- release thresholds (config `thresholds:`): observed value vs threshold, one check each ---------------

@@ -104,20 +104,34 @@ _HINTS = {
     "audit_bytes": "the audit query scans too much: check partitioning and file statistics",
     "checksums": "a data file differs from its recorded sha256: do not ship; investigate storage",
     "pinned_query": "the candidate differs from the reference fold of the accepted events",
+    "amount_unit": "the decoder let a non-integer amount through, or the amount column is not int64: do not ship;"
+                   " report it as a defect of delta-release",
+    "reconciliation": "a batch's accepted + quarantined is not its extracted lines, or its quarantine ledger is"
+                      " short: do not ship; `quarantine --batch ID` lists a batch's ledger",
+    "conflict_drill": "the stale-writer drill failed in its scratch lake: run it alone to see which of its checks"
+                      " failed",
+    "erasure_drill": "the erasure drill failed in its scratch lake: run it alone to see which of its checks failed",
 }
+_DRILLS = {"conflict_drill": "conflict", "erasure_drill": "erasure"}  # a failed drill check: the drill alone
 
 
 def next_steps(packet: dict[str, Any], config: ReleaseConfig) -> list[dict[str, str]]:
     """Copy-paste commands for the release manager, each with `--lake`."""
     import shlex
 
+    from ..drills.scratch import suggested_scratch
+
     lake = _lake_arg(packet["lake"])
     cfg = shlex.quote(str(config.path))
     steps: list[dict[str, str]] = []
     if packet["decision"] == "hold":
-        for name in packet["failed_checks"]:
-            steps.append({"what": f"{name} failed: {_HINTS.get(name, 'see the check evidence in the packet')}",
-                          "command": ""})
+        for name in packet["failed_checks"]:  # a check's own fix (release/fixes.py) follows what it found
+            check = packet["checks"].get(name, {})
+            hint = (f"{check['detail']}; fix: {check['fix']}" if check.get("fix")
+                    else _HINTS.get(name, check.get("detail") or "see the check's row in the report"))
+            command = (f"delta-release --lake {shlex.quote(suggested_scratch())} drill {_DRILLS[name]}"
+                       if name in _DRILLS else "")
+            steps.append({"what": f"{name} failed: {hint}", "command": command})
         steps.append({"what": "see what is committed but not published, and the last run",
                       "command": f"delta-release {lake} status"})
         steps.append({"what": "after fixing the sources (or the thresholds, if the data is right), run again",
