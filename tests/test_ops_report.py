@@ -209,3 +209,22 @@ def test_index_shows_no_none_for_a_held_run(runs) -> None:  # type: ignore[no-un
 def test_run_summary_shows_threshold_directions(runs) -> None:  # type: ignore[no-untyped-def]
     summary = {s["check"]: s for s in runs["ship"]["summary"]}
     assert summary["rejected_per_batch"]["direction"] == ">=" and summary["late_events"]["direction"] == "<="
+
+
+def test_a_rerun_that_changes_nothing_has_nothing_to_roll_back(tmp_path: Path) -> None:
+    """The same sources again: every batch was applied by the first run; the rerun ships the same version
+    under a new generation, so its plan withdraws nothing (it offered the empty version 0 before)."""
+    config = write_config(tmp_path)
+    first = CliRunner().invoke(cli, ["--json", "run", str(config)])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(cli, ["--json", "run", str(config)])
+    assert again.exit_code == 0, again.output
+    out = json.loads(again.stdout)
+    assert out["snapshot"]["version"] == json.loads(first.stdout)["snapshot"]["version"]
+    packet = json.loads(Path(out["packet"]).read_bytes())
+    assert packet["rollback_plan"]["mode"] == "none" and packet["rollback_plan"]["command"] is None
+    counts = packet["counts"]
+    assert all(b["applied_before"] and not b["counted"] for b in counts["batches"])
+    assert (counts["extracted"], counts["accepted"], counts["quarantined"]) == (0, 0, 0)
+    text = re.sub(r"<[^>]+>", " ", Path(out["report"]).read_text())
+    assert "nothing to roll back" in text and "rollback --to" not in text and "None" not in text

@@ -188,7 +188,7 @@ def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[s
         "freshness": ctx.evidence.get("freshness"),
         "planning_ms": planning,
         "rollback_plan": rollback_plan(lk, lake_uri=cfg.lake_uri, published=published_now,
-                                       shipped=decision == "ship"),
+                                       shipped=decision == "ship" and _version(previous) != shipped_version),
         "cost": cost(lk, cfg, candidate),
         "pending": pending_evidence(lk, cfg, now),
     }
