@@ -116,6 +116,7 @@ def test_drill_crash_runs_a_subset_with_kills_and_an_eta(tmp_path: Path) -> None
     assert "drill crash: PASSED" in out, out
     checks = [line.split()[-1] for line in out.splitlines() if line.startswith("  ok ") or "FAIL" in line]
     assert checks and all(c.startswith(("vacuum:", "every_declared")) for c in checks), checks
+    assert not re.search(r"\bNone\b|\bTrue\b|\bFalse\b|\[|\{", out), out  # figures in words, no Python reprs
     seen = frames(tty)
     assert any("drill crash · vacuum (1/1): set-up and reference run" in f and "0/2" in f for f in seen)
     assert any("vacuum: kill 1/1 at vacuum.after_first_remove" in f and "1/2" in f for f in seen)

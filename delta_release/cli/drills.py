@@ -31,10 +31,20 @@ def _figures(value: object, prefix: str = "", depth: int = 0) -> list[str]:
                 out.append(f"{key}: {len(v)} entries")
             elif isinstance(v, list):
                 simple = all(not isinstance(i, dict | list) for i in v)
-                out.append(f"{key}: {v}" if simple and len(v) <= 4 else f"{key}: {len(v)} item(s)")
+                out.append(f"{key}: {', '.join(map(_scalar, v)) or 'none'}" if simple and len(v) <= 4
+                           else f"{key}: {len(v)} item(s)")
             else:
-                out.append(f"{key}: {v}")
+                out.append(f"{key}: {_scalar(v)}")
     return out
+
+
+def _scalar(value: object) -> str:
+    """A figure as a person reads it: no Python `None`, `True` or list brackets."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def _timed(name: str, run: Callable[[], dict[str, object]]) -> dict[str, object]:
