@@ -189,8 +189,8 @@ def _counts(packet: dict[str, Any]) -> str:
                            _e(", ".join(f"{k} {v}" for k, v in sorted(b["reasons"].items())) or "-"),
                            _e("-" if b["version"] is None else b["version"])])
     counted = counts.get("counted_batches", len(counts["batches"]))
-    label = (f"<b>total</b> ({counted} batch(es) this run applies; duplicates once, batches applied before"
-             " not counted)" if any(b.get("duplicate") for b in counts["batches"]) else "<b>total</b>")
+    label = (f'<b>total</b><br><span class="muted">{counted} batch(es) this run applies, each once</span>'
+             if any(b.get("duplicate") for b in counts["batches"]) else "<b>total</b>")
     batch_rows.append([label, "", counts["extracted"], counts["accepted"], counts["quarantined"], "", ""])
     reason_rows = [[_e(k), v, _pct(v / counts["extracted"] if counts["extracted"] else 0)]
                    for k, v in sorted(counts["by_reason"].items(), key=lambda kv: -kv[1])]
