@@ -172,6 +172,7 @@ class Work:
         self.started = float(clock())
         self.item_label, self.item_size, self._item_base = "", self.total, 0.0
         self._items = 0  # items started: before the first, the whole work is one implicit item
+        self.parts = False  # whether `item()` marks this work's items (`work(parts=True)`)
         self._index, self._passed = 0, 0.0  # current phase, units it has passed in the current item
         self._finished = 0.0  # weighted work of the finished phases of the current item
         self.text = ""
@@ -247,13 +248,15 @@ _view: _WorkView | None = None
 
 
 @contextmanager
-def work(label: str, total: int, *, unit: str = "bytes",
-         phases: Sequence[tuple[str, float]] = ()) -> Iterator[Work]:
+def work(label: str, total: int, *, unit: str = "bytes", phases: Sequence[tuple[str, float]] = (),
+         parts: bool = False) -> Iterator[Work]:
     """Long work measured in `unit`s (bytes of input, or steps) with its phase and ETA on one bar. Code
-    below it marks the way with the module functions `item()`, `phase()`, `advance()`, `fraction()`,
+    below it marks the way with the module functions `item()` (only for a work of `parts`: the parts of
+    one file, not the batches a drill writes along the way), `phase()`, `advance()`, `fraction()`,
     `note()`, which are no-ops when no work is running (the API, tests, `--json`)."""
     global _work, _view
     w = Work(label, total, unit=unit, phases=phases)
+    w.parts = parts
     if not _enabled or _work is not None:  # off, or inside another work: that one's bar stays the one shown
         yield w
         return
@@ -276,7 +279,7 @@ def _changed(refresh: bool = False) -> None:
 
 
 def item(label: str, size: int) -> None:
-    if _work is not None:
+    if _work is not None and _work.parts:
         _work.item(label, size)
         _changed(refresh=True)
 

@@ -38,7 +38,7 @@ def ingest(opts: Options, path: str) -> None:
     max_part_bytes()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
 
     size = batch.stat().st_size
-    with progress.work(f"ingest {batch.name}", size, phases=progress.INGEST_PHASES):  # bytes, phase, ETA
+    with progress.work(f"ingest {batch.name}", size, phases=progress.INGEST_PHASES, parts=True):  # bytes, ETA
         report = open_lake(opts, create=True).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 
