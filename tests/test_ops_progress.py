@@ -154,3 +154,16 @@ def test_rollback_dry_run_shows_the_plan_and_changes_nothing(tmp_path: Path) -> 
     assert done["version"] == 4
     refused = CliRunner().invoke(cli, ["--lake", str(root), "rollback", "--to", "1", "--dry-run"])
     assert refused.exit_code == 3  # without --repair-forward the plan is refused as the rollback would be
+
+
+def test_rollback_to_the_same_files_says_nothing_to_commit(tmp_path: Path) -> None:
+    """It printed "committed as version None"."""
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl([up("ord-1", 1)]))
+    lake.rollback(0)  # version 2: the empty table again
+    for extra in (["--dry-run"], []):
+        res = CliRunner().invoke(cli, ["--lake", str(root), "rollback", "--to", "0", *extra])
+        assert res.exit_code == 0, res.output
+        assert "version 0 holds the same files as the latest version 2" in res.stdout and "None" not in res.stdout
+    assert dr.Lake.open(root).latest_version("orders") == 2
