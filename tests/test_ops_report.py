@@ -196,6 +196,8 @@ def test_report_says_one_set_of_counts(runs, kind: str) -> None:  # type: ignore
                  "audit_bytes"):
         assert checks[name][3].startswith("<= "), (name, checks[name])
     assert packet["checks"]["rejected_per_batch"]["direction"] == ">="
+    assert packet["thresholds"]["direction"]["rejected_per_batch"] == ">="
+    assert packet["thresholds"]["direction"]["late_events"] == "<="
 
 
 def test_index_shows_no_none_for_a_held_run(runs) -> None:  # type: ignore[no-untyped-def]

@@ -24,7 +24,7 @@ from ..lake import Lake
 from ..stats import p95
 from ..tables import DEFAULT_TABLE
 from .candidate import hold, receive, ship, stage_run
-from .checks import CHECK_RESULT_NAMES, RunContext, run_check
+from .checks import AT_LEAST, AT_MOST, CHECK_RESULT_NAMES, THRESHOLD_CHECKS, RunContext, run_check
 from .config import load_release_config
 from .counts import run_counts, source_of
 from .lakeopen import open_run_lake
@@ -222,7 +222,10 @@ def _thresholds_json(cfg: Any) -> dict[str, Any]:
             "late_events": {"max_share": t.late_events},
             "stale_events": {"older_than_days": t.stale_days, "max_share": t.stale_events},
             "moved_orders": {"max_share": t.moved_orders},
-            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction}}
+            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction},
+            # how each threshold check compares: it passes when observed <= (or >=) its threshold
+            "direction": {name: AT_LEAST if name == "rejected_per_batch" else AT_MOST
+                          for name in (*THRESHOLD_CHECKS, "audit_bytes")}}
 
 
 def _version(pub: Any) -> int | None:
