@@ -72,19 +72,20 @@ def test_ingest_in_parts_shows_bytes_parts_phases_and_an_eta(tmp_path: Path) -> 
     batch = tmp_path / "big.jsonl"
     batch.write_bytes(jsonl([up(f"ord-{i}", i, day=i % 7) for i in range(6000)]))
     dr.Lake.create(tmp_path / "lake")
-    out, tty = _pty_run(["--lake", "lake", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "200000"})
-    assert "and 3 more parts" in out, out  # 4 parts
+    out, tty = _pty_run(["--lake", "lake", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
+    parts = int(re.search(r"and (\d+) more parts", out).group(1)) + 1  # type: ignore[union-attr]
+    assert parts >= 6, out  # enough work for a rate to go by, even on a fast machine
     seen = frames(tty)
     assert not any("0/?" in f for f in seen)
-    for part in range(1, 5):
-        assert any(f"ingest big.jsonl · part {part}/4 · read and decode" in f for f in seen), part
+    for part in range(1, parts + 1):
+        assert any(f"ingest big.jsonl · part {part}/{parts} · read and decode" in f for f in seen), part
     for phase in ("apply", "stage", "gate", "commit"):
-        assert any(f"· part 4/4 · {phase}" in f for f in seen), phase
+        assert any(f"· part {parts}/{parts} · {phase}" in f for f in seen), phase
     size = f"{batch.stat().st_size / 1024:,.1f} KiB"
     assert any(re.search(rf"\d[\d.,]* (B|KiB)/{re.escape(size)}", f) for f in seen)  # bytes done of the file's
     assert any(re.search(r"ETA \d+:\d\d", f) for f in seen)
     assert seen[-1].startswith("✓ ingest big.jsonl") or any(f.startswith("✓ ingest big.jsonl") for f in seen)
-    out, tty = _pty_run(["--lake", "lake", "--json", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "200000"})
+    out, tty = _pty_run(["--lake", "lake", "--json", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
     assert frames(tty) == [] and json.loads(out)["duplicate"] is True  # --json: no progress
 
 
