@@ -193,10 +193,12 @@ class Lake(LakeContext):
         return erase_subject(self, order_id, table=table, raw_retention_days=raw_retention_days,
                              backup_expiry_days=backup_expiry_days)
 
-    def rollback(self, to: int, *, repair_forward: bool = False, table: str = DEFAULT_TABLE) -> RollbackReport:
+    def rollback(self, to: int, *, repair_forward: bool = False, table: str = DEFAULT_TABLE,
+                 dry_run: bool = False) -> RollbackReport:
         """Restore version `to` as a new version if it holds no erased subject; else ErasureExposureError,
-        or with repair_forward=True its content minus every erased subject."""
-        return rollback(self, to, repair_forward=repair_forward, table=table)
+        or with repair_forward=True its content minus every erased subject. dry_run=True: the plan only
+        (files added and removed, erased rows left out), nothing written."""
+        return rollback(self, to, repair_forward=repair_forward, table=table, dry_run=dry_run)
 
     def vacuum(self, table: str = DEFAULT_TABLE, *, apply: bool = False, retain_versions: int = RETAIN_VERSIONS,
                replay_horizon_hours: float = REPLAY_HORIZON_HOURS,

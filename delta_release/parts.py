@@ -52,7 +52,8 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     lists: list[bytes] = []  # each part's `files` and `removed`, packed until the total (_pack)
     parts: list[dict[str, Any]] = []
     first_line = 1
-    for offset, size in progress.track(ranges, "ingest the file's parts"):
+    for number, (offset, size) in enumerate(ranges, start=1):
+        progress.item(f"part {number}/{len(ranges)}", size)  # the bar of the CLI's `progress.work`, if any
         batch = read_batch_file(path, offset=offset, length=size)  # this part only: hashed and decoded
         report = ingest_batch(lake, batch, table=table, publish=False)
         del batch

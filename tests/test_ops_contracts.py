@@ -80,13 +80,14 @@ def test_emit_drill_adds_the_keys_crash_lacked(capsys: pytest.CaptureFixture[str
     assert out["drill"] == "crash" and out["lake"] == os.path.abspath("rel") and out["points"] == [1]
 
 
-def _pty_run(args: list[str], cwd: Path) -> tuple[str, str]:
+def _pty_run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
     """Run the CLI with stderr on a pseudo-terminal (stdout a pipe): (stdout, what the terminal saw)."""
     master, slave = pty.openpty()
     # stdout to a file, not a pipe: a report larger than the pipe buffer (bucketed files, issue 14.2) would
     # block the child while this loop waits for the terminal's EOF.
     sink = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "delta_release", *args], cwd=cwd, env={**ENV, "COLUMNS": "120"},
+    proc = subprocess.Popen([sys.executable, "-m", "delta_release", *args], cwd=cwd,
+                            env={**ENV, "COLUMNS": "120", **(env or {})},
                             stdout=sink, stderr=slave, stdin=subprocess.DEVNULL)
     os.close(slave)
     seen = b""

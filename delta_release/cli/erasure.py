@@ -90,15 +90,48 @@ def erase(opts: Options, order_id: str | None, resume: bool, table: str, raw_ret
 @click.option("--repair-forward", is_flag=True,
               help="When N holds an erased subject, commit N's content without every erased subject.")
 @click.option("--table", default="orders", show_default=True)
+@click.option("--dry-run", is_flag=True, help="Show the plan (target, files added and removed, erased rows left"
+                                              " out) and commit nothing.")
 @command_options
-def rollback(opts: Options, to: int, repair_forward: bool, table: str) -> None:
+def rollback(opts: Options, to: int, repair_forward: bool, table: str, dry_run: bool) -> None:
     """Restore version N as a new version if allowed; else refuse (exit 3), or repair forward."""
-    report = open_lake(opts).rollback(to, repair_forward=repair_forward, table=table).to_json()
+    report = open_lake(opts).rollback(to, repair_forward=repair_forward, table=table, dry_run=dry_run).to_json()
+    if dry_run:
+        emit(opts, report, _rollback_plan_text(report))
+        return
+    if report["version"] is None:
+        emit(opts, report, _same_files(report) + ": nothing committed")
+        return
     text = (f"{table}: {report['mode']} of version {report['restored_to']} committed as version"
             f" {report['version']} (+{len(report['files_added'])} -{len(report['files_removed'])} files"
             + (f", {report['rows_dropped']} erased row(s) left out" if report["mode"] == "repair-forward" else "")
             + ")")
     emit(opts, report, text)
+
+
+def _same_files(r: dict[str, Any]) -> str:
+    return f"{r['table']}: version {r['restored_to']} holds the same files as the latest version {r['parent']}"
+
+
+_LISTED = 20  # files listed by name in a dry run's text; the rest are counted
+
+
+def _rollback_plan_text(r: dict[str, Any]) -> str:
+    left_out = (f"{r['rows_dropped']} row(s) of {r['erased_subjects']} erased subject(s) left out"
+                if r["mode"] == "repair-forward" else "no erased subject in it: nothing left out")
+    if not (r["files_added"] or r["files_removed"] or r["partitions_rewritten"]):
+        return f"dry run: {_same_files(r)}: the rollback would commit nothing"
+    lines = [f"dry run: {r['table']}: {r['mode']} of version {r['restored_to']} would be committed on version"
+             f" {r['parent']} as version {r['parent'] + 1}; nothing was committed",
+             f"  files added: {len(r['files_added'])}, files removed: {len(r['files_removed'])}"
+             + (f", partitions rewritten: {', '.join(r['partitions_rewritten'])}" if r["partitions_rewritten"] else ""),
+             f"  erased rows: {left_out}"]
+    for sign, key in (("+", "files_added"), ("-", "files_removed")):
+        lines += [f"  {sign} {path}" for path in r[key][:_LISTED]]
+        if len(r[key]) > _LISTED:
+            lines.append(f"  {sign} ... and {len(r[key]) - _LISTED} more")
+    lines.append("to commit it: the same command without --dry-run")
+    return "\n".join(lines)
 
 
 @click.command()

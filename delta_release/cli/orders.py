@@ -38,7 +38,8 @@ def ingest(opts: Options, path: str, create: bool) -> None:
 
     max_part_bytes()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
 
-    with progress.step(f"ingest {batch.name} ({progress.human_bytes(batch.stat().st_size)})"):
+    size = batch.stat().st_size
+    with progress.work(f"ingest {batch.name}", size, phases=progress.INGEST_PHASES, parts=True):  # bytes, ETA
         report = open_lake(opts, create=create).ingest(batch).to_json()
     emit(opts, report, _batch_text(report))
 

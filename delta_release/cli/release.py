@@ -29,7 +29,8 @@ def run(opts: Options, config: str) -> None:
         click.echo(f"note: created a new lake at {result['lake']} (lake.create: true in {config})", err=True)
     snap = result["snapshot"]
     rows = [[s["check"], "pass" if s["passed"] else "FAIL", _fmt(s["observed"]) if s["observed"] is not None else "",
-             _fmt(s["threshold"]) if s["threshold"] is not None else "", f"{s['seconds']:.2f} s"]
+             f"{s.get('direction') or '<='} {_fmt(s['threshold'])}" if s["threshold"] is not None else "",
+             f"{s['seconds']:.2f} s"]
             for s in result["summary"]]
     styles = ["green" if s["passed"] else "bold red" for s in result["summary"]]
     table = progress.table(["check", "result", "observed", "threshold", "time"], rows, styles=styles,

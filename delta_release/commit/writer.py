@@ -36,7 +36,7 @@ from typing import Any
 
 import polars as pl
 
-from .. import _delta, index
+from .. import _delta, index, progress
 from ..context import TableContext
 from ..errors import NotFoundError, StaleParentError
 from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
@@ -195,11 +195,13 @@ def replace_partitions(ctx: TableContext, parent: int, partitions: dict[Any, pl.
 def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMMEDIATE) -> StagedCandidate:
     """Ask `plan` for its change on `parent`, write its new files, gate them, record the evidence.
     Nothing is visible; on any failure the files written here are removed."""
+    progress.phase("apply")
     change = plan.build(ctx, parent)
     candidate: Candidate | None = None
     try:
         if change.partitions or change.stream is not None:
             tdef = ctx.table
+            progress.phase("stage")
             candidate = stage_partitions(ctx.storage, table=ctx.name, parent=parent, batch_ids=change.batch_ids,
                                          partition_column=tdef.partition, key=tdef.key,
                                          file_schema=tdef.file_schema(),
@@ -207,6 +209,7 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
                                          removes=change.removes, now_ms=ctx.now_ms(), buckets=tdef.buckets,
                                          hasher=ctx.erasures.subject_key)
             crash_point("ingest.after_staging")
+            progress.phase("gate")
             gate_candidate(ctx.storage, candidate)
             crash_point("ingest.after_gate")
     except BaseException:
@@ -355,6 +358,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
             if staged.empty:
                 return WriteResult(table=ctx.name, version=None, staged=staged, publication=None,
                                    attempts=attempt, stale_parents=stale, upkeep=done)
+        progress.phase("commit")
         try:
             version = commit(ctx, staged, keep_on_stale=True)
         except StaleParentError as exc:
@@ -364,6 +368,8 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
                 time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
             continue
         crash_point("ingest.after_commit")
+        if publish_now:
+            progress.phase("publish")
         pub = publish(ctx, version, staged.evidence, label=staged.change.label) if publish_now else None
         crash_point("ingest.after_publish")
         record_indexes(ctx, version, staged)

@@ -21,11 +21,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import progress
 from ..errors import InputError
 from .decode import DecodedBatch, decode_batch, decode_stream
 
 if TYPE_CHECKING:
     from ..raw import RawBatch, RawStore
+
+READ_PHASE = "read and decode"  # the phase of progress.INGEST_PHASES / RUN_PHASES this streaming read is
 
 
 class _RangeReader:
@@ -65,6 +68,7 @@ class _HashingReader:
     def read(self, n: int = -1) -> bytes:
         block: bytes = self._handle.read(n)
         if block:
+            progress.advance(len(block), during=READ_PHASE)  # a running `progress.work`'s bar, by bytes read
             if self._last is not None:  # one block in flight: memory stays bounded when reading outruns hashing
                 self._last.result()
             self._last = self._hashing.submit(self._digest.update, block)
@@ -138,6 +142,7 @@ def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None 
     try:
         if length is None:
             length = p.stat().st_size - offset
+        progress.phase(READ_PHASE)
         with open(p, "rb") as handle:
             handle.seek(offset)
             with _HashingReader(_RangeReader(handle, length)) as reader:

@@ -735,15 +735,19 @@ def drill_writer(root: Path, writer: Writer, *, labels: set[str] | None, declare
     if writer.batch:
         ref_quarantined = _quarantine_rows(ref_lake, batch_id_of(CRASH_BATCH))
         checks["reference_equals_fold"] = after["rows"] == _fold_rows(ref_lake)
+    progress.advance(1)  # the set-up and reference run: one step of the drill's bar
     points, skipped = [], []
+    chosen = chosen_points(writer, labels, declared)
     for i, point in enumerate(writer.points, start=1):
         if labels is not None and point.label not in labels:
             continue
-        if not is_declared(point.name, declared):
+        if point not in chosen:
             skipped.append({"label": point.label, "step": point.step, "why": "not declared by this build's code"})
             continue
+        progress.note(f"{writer.name}: kill {chosen.index(point) + 1}/{len(chosen)} at {point.label}")
         result = drill_point(scene, writer, i, point, base=base, before=before, after=after,
                              ref_quarantined=ref_quarantined)
+        progress.advance(1)
         points.append(result)
         checks[point.label] = result["passed"]
     shutil.rmtree(base.parent, ignore_errors=True)
@@ -756,23 +760,40 @@ def drill_writer(root: Path, writer: Writer, *, labels: set[str] | None, declare
 SUBSET = {w.name: w.subset for w in WRITERS}
 
 
+def chosen_points(writer: Writer, labels: set[str] | None, declared: set[str]) -> list[CrashPoint]:
+    """The points of `writer` the drill kills at: those in `labels` (all when None) the code declares."""
+    return [p for p in writer.points if (labels is None or p.label in labels) and is_declared(p.name, declared)]
+
+
+def writer_names(text: str) -> tuple[str, ...]:
+    """`ingest,erase` -> ("ingest", "erase"); an unknown name is an InputError listing the valid ones."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    valid = [w.name for w in WRITERS]
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        raise InputError(f"drill crash --writers: unknown writer(s) {', '.join(unknown) or '(none given)'}; valid:"
+                         f" {', '.join(valid)} (comma-separated)", argument="--writers", value=text)
+    return names
+
+
 def run_crash_drill(uri: str, *, writers: tuple[str, ...] | None = None, subset: bool = False,
                     labels: dict[str, set[str]] | None = None) -> dict[str, Any]:
     """The full matrix (every writer, every point its code declares), or `subset=True`: `SUBSET`."""
     if "://" in uri and not uri.startswith("file://"):
         raise InputError("drill crash needs a local scratch lake (it kills local interpreters)", lake=uri)
-    unknown = set(writers or ()) - {w.name for w in WRITERS}
-    if unknown:
-        raise InputError(f"drill crash: unknown writer(s) {sorted(unknown)}; known: {[w.name for w in WRITERS]}")
+    if writers is not None:
+        writer_names(",".join(writers) or ",")  # an unknown name: exit 2 naming the valid ones
     started = time.perf_counter()
     root = prepare_scratch(uri)
     declared = declared_points()
     results = []
-    for writer in progress.track(WRITERS, "crash drill: writers"):
-        if writers is not None and writer.name not in writers:
-            continue
-        chosen = (labels or {}).get(writer.name) or (set(writer.subset) if subset else None)
-        results.append(drill_writer(root, writer, labels=chosen, declared=declared))
+    todo = [(w, (labels or {}).get(w.name) or (set(w.subset) if subset else None)) for w in WRITERS
+            if writers is None or w.name in writers]
+    steps = sum(1 + len(chosen_points(w, chosen, declared)) for w, chosen in todo)  # set-up + each kill
+    with progress.work("drill crash", steps, unit="steps"):
+        for n, (writer, chosen) in enumerate(todo, start=1):
+            progress.note(f"{writer.name} ({n}/{len(todo)}): set-up and reference run")
+            results.append(drill_writer(root, writer, labels=chosen, declared=declared))
     covered = {p.name for w in WRITERS for p in w.points}
     uncovered = sorted(d for d in declared if not any(is_declared(c, {d}) for c in covered))
     checks: dict[str, bool] = {"every_declared_point_in_matrix": not uncovered}

@@ -46,13 +46,16 @@ class RollbackReport:
     erased_subjects: int = 0
     attempts: int = 0
     stale_parents: list[dict[str, Any]] = field(default_factory=list)
+    dry_run: bool = False  # the plan only: nothing staged, nothing committed (`version` is None)
+    partitions_rewritten: list[str] = field(default_factory=list)  # repair-forward: rewritten without the erased
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "restored_to": self.restored_to, "version": self.version,
                 "mode": self.mode, "parent": self.parent, "files_added": self.files_added,
                 "files_removed": self.files_removed, "rows_dropped": self.rows_dropped,
                 "erased_subjects": self.erased_subjects, "attempts": self.attempts,
-                "stale_parents": self.stale_parents}
+                "stale_parents": self.stale_parents, "dry_run": self.dry_run,
+                "partitions_rewritten": self.partitions_rewritten}
 
 
 def _regate(ctx: TableContext, entry: _delta.FileEntry, lineage: Lineage, now_ms: int) -> ExistingFile:
@@ -147,13 +150,30 @@ class RestorePlan(Plan):
                                "erased_subjects": self.erased_subjects})
 
 
-def rollback(lake: LakeContext, to: int, *, repair_forward: bool = False,
-             table: str = DEFAULT_TABLE) -> RollbackReport:
+def rollback(lake: LakeContext, to: int, *, repair_forward: bool = False, table: str = DEFAULT_TABLE,
+             dry_run: bool = False) -> RollbackReport:
     lake.table_def(table)
     plan = RestorePlan(lake, to, repair_forward=repair_forward)
+    if dry_run:
+        return _plan_only(lake.table(table), plan)
     result = write(lake.table(table), plan)
     return RollbackReport(table=table, restored_to=to, version=result.version, mode=plan.mode, parent=plan.parent,
                           files_added=[a.path for a in result.staged.adds],
                           files_removed=[r.path for r in result.staged.removes], rows_dropped=plan.rows_dropped,
                           erased_subjects=plan.erased_subjects, attempts=result.attempts,
                           stale_parents=[s.to_json() for s in result.stale_parents])
+
+
+def _plan_only(ctx: TableContext, plan: RestorePlan) -> RollbackReport:
+    """The rollback's plan on the latest version, as the real one would build it (refusals included; the
+    files it re-adds are gated), with nothing written: no upkeep, no staged file, no commit."""
+    parent = ctx.latest_version()
+    if parent is None:
+        raise InputError(f"no Delta table for {ctx.name}", table=ctx.name)
+    change = plan.build(ctx, parent)
+    column = ctx.table.partition
+    return RollbackReport(table=ctx.name, restored_to=plan.to, version=None, mode=plan.mode, parent=parent,
+                          files_added=[e.add.path for e in change.existing],
+                          files_removed=[r.path for r in change.removes], rows_dropped=plan.rows_dropped,
+                          erased_subjects=plan.erased_subjects, dry_run=True,
+                          partitions_rewritten=[f"{column}={partition_text(v)}" for v in change.partitions])

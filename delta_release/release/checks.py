@@ -18,6 +18,7 @@ from ..contract import decode_batch
 from ..index.files import recorded_sha256
 from ..tables import DEFAULT_TABLE, KeyedColumns
 from ..views import current_rows, live_rows
+from .counts import totals
 from .fixes import freshness_failure, schema_fixture_failure
 from .reference import accepted_events, compare, reference_current
 
@@ -84,13 +85,14 @@ def check_amount_unit(ctx: RunContext) -> CheckResult:
     ok = seen == cases and integer_column
     return CheckResult(name="amount_unit", passed=ok,
                        detail="amounts are integer cents; fractions, floats and strings are rejected" if ok
-                       else f"amount-unit probe gave {seen}, amount column type int64: {integer_column}",
+                       else f"amount-unit probe gave {_words(seen)}; amount column int64:"
+                            f" {'yes' if integer_column else 'no'}",
                        evidence={"probe": seen, "amount_column_int64": integer_column})
 
 
 def check_reconciliation(ctx: RunContext) -> CheckResult:
     bad = []
-    for r in ctx.reports:
+    for r in ctx.reports:  # every batch once (counts.py), those applied before included: their ledger too
         ledger = ctx.lake.quarantine.rows(r["batch_id"]).height
         if r["accepted"] + r["quarantined"] != r["extracted"] or ledger != r["quarantined"]:
             bad.append({"batch_id": r["batch_id"], **{k: r[k] for k in ("extracted", "accepted", "quarantined")},
@@ -151,7 +153,7 @@ def _drill_check(ctx: RunContext, name: str, run: Callable[[str], dict[str, Any]
     ctx.evidence.setdefault("drills", {})[name] = result
     failed = [k for k, v in result["checks"].items() if not v]
     return CheckResult(name=f"{name}_drill", passed=bool(result["passed"]),
-                       detail=ok_detail if result["passed"] else f"failed checks: {failed}",
+                       detail=ok_detail if result["passed"] else f"failed checks: {', '.join(failed)}",
                        evidence={"checks": result["checks"]})
 
 
@@ -178,8 +180,8 @@ def check_audit(ctx: RunContext) -> CheckResult:
     ok = r["fraction"] <= ctx.config.audit.max_fraction
     return CheckResult(name="audit_bytes", passed=ok,
                        detail=f"days {a}..{b} scan {r['bytes']['scanned']} of {r['bytes']['full_scan']} bytes "
-                              f"({100 * r['fraction']:.1f}%, threshold {100 * ctx.config.audit.max_fraction:.0f}%)",
-                       evidence={"fraction": r["fraction"], "observed": r["fraction"],
+                              f"({100 * r['fraction']:.1f}%, at most {100 * ctx.config.audit.max_fraction:.0f}%)",
+                       evidence={"fraction": r["fraction"], "observed": r["fraction"], "direction": AT_MOST,
                                  "threshold": ctx.config.audit.max_fraction})
 
 
@@ -236,6 +238,14 @@ def check_freshness_gate(ctx: RunContext) -> CheckResult:
 
 # -- release thresholds (config `thresholds:`): observed value vs threshold, one check each ---------------
 
+AT_MOST, AT_LEAST = "<=", ">="  # a threshold check passes when observed <= (or >=) its threshold
+
+
+def _words(mapping: dict[str, Any]) -> str:
+    """{'a': 1, 'b': 2} as `a 1, b 2` (human output never shows a Python repr)."""
+    return ", ".join(f"{k} {v}" for k, v in mapping.items())
+
+
 def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
@@ -270,21 +280,20 @@ def _batch_events(lake: Lake, batch_id: str) -> pl.DataFrame:
 
 
 def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
+    """Over the batches this run applies, each once (counts.py: the same numbers as the packet's counts)."""
     t = ctx.config.thresholds
-    per_batch = [{"batch_id": r["batch_id"], "extracted": r["extracted"], "quarantined": r["quarantined"],
-                  "share": round(_share(r["quarantined"], r["extracted"]), 4)} for r in ctx.reports]
+    counted = [r for r in ctx.reports if r.get("counted", True)]
+    per_batch = [{"batch_id": r["batch_id"], "source": r.get("source", ""), "extracted": r["extracted"],
+                  "quarantined": r["quarantined"], "share": round(_share(r["quarantined"], r["extracted"]), 4)}
+                 for r in counted]
     over = [b for b in per_batch if b["share"] > t.rejected_per_batch]
     # "mostly", weighted by lines: a tiny all-bad batch among large good ones does not hold the run by itself
     lines = sum(b["extracted"] for b in per_batch)
     within = _share(lines - sum(b["extracted"] for b in over), lines) if lines else 1.0
     ctx.evidence["rejected_per_batch"] = per_batch
-    extracted = sum(r["extracted"] for r in ctx.reports)
-    quarantined = sum(r["quarantined"] for r in ctx.reports)
+    sums = totals([{**r, "counted": True} for r in counted])
+    extracted, quarantined, by_reason = sums["extracted"], sums["quarantined"], sums["by_reason"]
     overall = _share(quarantined, extracted)
-    by_reason: dict[str, int] = {}
-    for r in ctx.reports:
-        for code, n in r["reasons"].items():
-            by_reason[code] = by_reason.get(code, 0) + n
     reasons = {code: {"count": n, "observed": round(_share(n, extracted), 4),
                       "threshold": t.rejected_by_reason.get(code, t.rejected_by_reason["default"])}
                for code, n in sorted(by_reason.items())}
@@ -298,14 +307,14 @@ def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
                     detail=f"{pct(within)} of the run's lines are in batches that reject at most"
                            f" {pct(t.rejected_per_batch)} of their lines; at least {pct(t.rejected_mostly)} must be"
                            f" ({len(over)} of {len(per_batch)} batches over)"
-                           + ("; over: " + ", ".join(f"{b['batch_id']} {pct(b['share'])}" for b in over)
-                              if over else ""),
-                    evidence={"observed": round(within, 4), "threshold": t.rejected_mostly,
+                           + ("; over: " + ", ".join(f"{b['source'] or b['batch_id']} ({b['batch_id']})"
+                                                     f" {pct(b['share'])}" for b in over) if over else ""),
+                    evidence={"observed": round(within, 4), "threshold": t.rejected_mostly, "direction": AT_LEAST,
                               "per_batch_limit": t.rejected_per_batch, "batches_over": over}),
         CheckResult(name="rejected_overall", passed=overall <= t.rejected_overall,
-                    detail=f"{quarantined} of {extracted} lines rejected ({pct(overall)}, threshold"
+                    detail=f"{quarantined} of {extracted} lines rejected ({pct(overall)}, at most"
                            f" {pct(t.rejected_overall)})",
-                    evidence={"observed": round(overall, 4), "threshold": t.rejected_overall,
+                    evidence={"observed": round(overall, 4), "threshold": t.rejected_overall, "direction": AT_MOST,
                               "quarantined": quarantined, "extracted": extracted}),
         CheckResult(name="rejected_by_reason", passed=not reasons_over,
                     detail="every reason code within its limit" + (
@@ -314,7 +323,8 @@ def _rejected_checks(ctx: RunContext) -> list[CheckResult]:
                     "over the limit: " + ", ".join(f"{c} {pct(v['observed'])} > {pct(v['threshold'])}"
                                                    for c, v in reasons_over.items()),
                     evidence={"observed": max((v["observed"] for v in reasons.values()), default=0.0),
-                              "threshold": t.rejected_by_reason["default"], "reasons": reasons}),
+                              "threshold": t.rejected_by_reason["default"], "direction": AT_MOST,
+                              "reasons": reasons}),
     ]
 
 
@@ -328,7 +338,7 @@ def _event_checks(ctx: RunContext) -> list[CheckResult]:
     newest = before[c.partition].max() if before.height else None  # newest partition (day) applied so far
     late = accepted = stale = upserts = 0
     for r in ctx.reports:
-        if r.get("duplicate"):
+        if not r.get("counted", not r.get("duplicate")):  # applied before: nothing of it is in the candidate
             continue
         events = _batch_events(lake, r["batch_id"])
         accepted += events.height
@@ -357,19 +367,22 @@ def _event_checks(ctx: RunContext) -> list[CheckResult]:
     return [
         CheckResult(name="late_events", passed=late_share <= t.late_events,
                     detail=f"{late} of {accepted} accepted events ({pct(late_share)}) have a position below the"
-                           f" table's max applied position (threshold {pct(t.late_events)})",
-                    evidence={"observed": round(late_share, 4), "threshold": t.late_events, "late": late,
+                           f" table's max applied position (at most {pct(t.late_events)})",
+                    evidence={"observed": round(late_share, 4), "threshold": t.late_events, "direction": AT_MOST,
+                              "late": late,
                               "accepted": accepted, "parent_version": parent}),
         CheckResult(name="stale_events", passed=stale_share <= t.stale_events,
                     detail=f"{stale} of {upserts} upserts ({pct(stale_share)}) are for an {c.partition} more than"
-                           f" {t.stale_days} days before the newest already applied (threshold {pct(t.stale_events)})",
-                    evidence={"observed": round(stale_share, 4), "threshold": t.stale_events, "stale": stale,
+                           f" {t.stale_days} days before the newest already applied (at most {pct(t.stale_events)})",
+                    evidence={"observed": round(stale_share, 4), "threshold": t.stale_events, "direction": AT_MOST,
+                              "stale": stale,
                               "upserts": upserts, "newest_event_day": None if newest is None else int(newest),  # type: ignore[arg-type]
                               "older_than_days": t.stale_days}),
         CheckResult(name="moved_orders", passed=moved_share <= t.moved_orders,
                     detail=f"{moved} of {before.height} orders of version {parent} ({pct(moved_share)}) move to"
-                           f" another {c.partition} (threshold {pct(t.moved_orders)})",
-                    evidence={"observed": round(moved_share, 4), "threshold": t.moved_orders, "moved": moved,
+                           f" another {c.partition} (at most {pct(t.moved_orders)})",
+                    evidence={"observed": round(moved_share, 4), "threshold": t.moved_orders, "direction": AT_MOST,
+                              "moved": moved,
                               "orders_before": before.height}),
     ]
 

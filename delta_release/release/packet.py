@@ -55,18 +55,20 @@ def _lake_arg(lake_uri: str) -> str:
 def rollback_plan(lake: Lake, *, lake_uri: str, published: Any, shipped: bool) -> dict[str, Any]:
     """What to do if the published release must be withdrawn: restore the newest earlier publication that is
     allowed (holds no erased subject), saying what it holds; never the current version; else repair forward.
-    `published`: the catalog's publication after the run; `shipped`: whether this run published it."""
+    `published`: the catalog's publication after the run; `shipped`: whether this run published a new
+    version (a HOLD, or a SHIP that changed nothing, did not: there is nothing of it to roll back)."""
     from ..erasure.permission import snapshot_allowed
 
     if published is None:
-        return {"mode": "none", "target": None, "command": None,
-                "reason": "nothing is published yet; there is nothing to roll back"}
+        return {"mode": "none", "current": None, "target": None, "command": None,
+                "reason": "nothing is published yet, so there is nothing to roll back"}
     current = int(published.version)
     now_orders = _orders_at(lake, current)
     base: dict[str, Any] = {"current": {"version": current, "generation": published.generation, "orders": now_orders}}
-    if not shipped:
-        base["note"] = (f"this run published nothing: readers still get version {current} (generation "
-                        f"{published.generation}); the plan below withdraws that publication")
+    if not shipped:  # the run changed nothing readers see: withdrawing an earlier release is not its plan
+        return {**base, "mode": "none", "target": None, "command": None,
+                "reason": f"this run published no new version, so there is nothing to roll back: readers get"
+                          f" version {current} (generation {published.generation}), as before the run"}
     for pub in reversed(lake.catalog.publications("orders")):
         if pub.version >= current:
             continue

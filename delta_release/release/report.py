@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..progress import human_bytes
+from .counts import duplicate_text, source_text
 
 SECTIONS = ("decision", "next-steps", "checks", "charts", "counts", "rollback", "cost", "pending", "about")
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;color:#222}
@@ -23,7 +24,8 @@ vertical-align:top} th{background:#f3f3f3} td.num{text-align:right;font-variant-
 .banner{padding:12px 16px;border-radius:6px;margin-bottom:1em} .banner.ship{background:#e3f4e3;border:1px solid #196619}
 .banner.hold{background:#fbe5e5;border:1px solid #a11} .banner h1{margin:0 0 .3em 0}
 pre.cmd{background:#f4f4f4;padding:6px 10px;border-left:3px solid #3b6ea5;overflow-x:auto;margin:.2em 0 .8em 0}
-code{background:#eee;padding:1px 4px} .muted{color:#666} svg text{font-family:system-ui,sans-serif}"""
+code{background:#eee;padding:1px 4px} .muted{color:#666} svg text{font-family:system-ui,sans-serif}
+.dup{color:#8a5a00;font-weight:bold}"""
 
 
 def _e(value: Any) -> str:
@@ -36,8 +38,9 @@ def _pct(value: Any) -> str:
 
 def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: str, *,
               threshold: float | None = None, threshold_label: str = "threshold",
-              fmt: Any = None, judged: int | None = None) -> str:
-    """Horizontal bars; a dashed red line marks the threshold, bars beyond it are red."""
+              fmt: Any = None, judged: int | None = None, direction: str = "<=") -> str:
+    """Horizontal bars; a dashed red line marks the threshold, bars on its failing side are red (`direction`:
+    a bar passes when its value is <= the threshold, or >=)."""
     fmt = fmt or (lambda v: f"{v:,.3f} {unit}" if unit == "ms" else f"{v:,.0f} {unit}")
     width, row, left, right = 760, 30, 230, 150
     top = max([v for _, v in bars] + ([threshold] if threshold is not None else []), default=0.0) or 1.0
@@ -49,7 +52,8 @@ def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: st
     for i, (label, value) in enumerate(bars):
         y = 30 + i * row
         w = max(1.0, span * value / top)
-        over = threshold is not None and value > threshold and judged in (None, i)
+        over = (threshold is not None and judged in (None, i)
+                and (value < threshold if direction == ">=" else value > threshold))
         parts.append(f'<text x="0" y="{y + 16}" font-size="12">{_e(label)}</text>')
         parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="20" fill="{"#c0392b" if over else "#3b6ea5"}">'
                      f'<title>{_e(label)}: {_e(fmt(value))}</title></rect>')
@@ -60,7 +64,7 @@ def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: st
         parts.append(f'<line class="threshold" x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{bottom}" stroke="#a11" '
                      'stroke-width="2" stroke-dasharray="5,3"/>')
         parts.append(f'<text x="{x:.1f}" y="{bottom + 16}" font-size="11" fill="#a11" text-anchor="middle">'
-                     f'{_e(threshold_label)}: {_e(fmt(threshold))}</text>')
+                     f'{_e(threshold_label)}: {_e(direction)} {_e(fmt(threshold))}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -74,10 +78,11 @@ def _table(columns: list[str], rows: list[list[Any]], *, numeric: set[int] | Non
 
 
 def _observed(c: dict[str, Any]) -> tuple[str, str]:
+    """(observed, threshold with its direction: `<= 20.0%` passes at or below, `>= 75.0%` at or above)."""
     obs, thr = c.get("observed"), c.get("threshold")
     if obs is None and thr is None:
         return "", ""
-    return _pct(obs), _pct(thr)
+    return _pct(obs), f"{c.get('direction', '<=')} {_pct(thr)}" if thr is not None else ""
 
 
 def _decision(packet: dict[str, Any]) -> str:
@@ -93,8 +98,10 @@ def _decision(packet: dict[str, Any]) -> str:
         lines = ["Held because " + "; ".join(f"<b>{_e(r.split(':', 1)[0])}</b>:{_e(r.split(':', 1)[1])}"
                                             for r in packet.get("reasons", [])) + "."]
         gone = packet.get("discarded") or {}
-        lines.append(f"Nothing was published: readers still get orders version <b>{_e(pub)}</b>"
-                     f" (generation <b>{_e(snap.get('published_generation'))}</b>). Nothing was committed: the"
+        readers = ("readers still get no version of orders (none was ever published)" if pub is None else
+                   f"readers still get orders version <b>{_e(pub)}</b>"
+                   f" (generation <b>{_e(snap.get('published_generation'))}</b>)")
+        lines.append(f"Nothing was published: {readers}. Nothing was committed: the"
                      f" candidate staged on version {_e(snap.get('parent'))} was discarded"
                      f" ({_e(len(gone.get('files', [])))} file(s), {_e(gone.get('rows', 0))} row(s));"
                      " the Delta log is as it was before the run.")
@@ -132,17 +139,20 @@ def _charts(packet: dict[str, Any]) -> str:
     checks = packet["checks"]
     per_batch = (checks.get("rejected_per_batch") or {})
     limit = per_batch.get("per_batch_limit")
-    batches = packet["counts"]["batches"]
+    batches = [b for b in packet["counts"]["batches"] if b.get("counted", True)]  # those the check judges
     if batches:
         charts.append(bar_chart(
-            "Rejected share per batch", [(f"batch {b['batch_id']}", b["quarantined"] / b["extracted"]
+            "Rejected share per batch", [(_short_source(b), b["quarantined"] / b["extracted"]
                                           if b["extracted"] else 0.0) for b in batches],
             "", "chart-rejected", threshold=limit, threshold_label="per-batch limit", fmt=_pct))
-    shares = [(n, float(checks[n]["observed"]), float(checks[n]["threshold"]))
-              for n in ("rejected_overall", "late_events", "stale_events", "moved_orders") if n in checks]
-    for n, obs, thr in shares:
-        charts.append(bar_chart(f"{n.replace('_', ' ')}: observed vs threshold", [("observed", obs)], "",
-                                f"chart-{n.replace('_', '-')}", threshold=thr, fmt=_pct))
+    shares = [(n, float(checks[n]["observed"]), float(checks[n]["threshold"]), checks[n].get("direction", "<="))
+              for n in ("rejected_per_batch", "rejected_overall", "late_events", "stale_events", "moved_orders")
+              if n in checks and checks[n].get("threshold") is not None]
+    for n, obs, thr, direction in shares:
+        what = ("share of the run's lines in batches within the per-batch limit" if n == "rejected_per_batch"
+                else n.replace("_", " "))
+        charts.append(bar_chart(f"{what}: observed vs threshold", [("observed", obs)], "",
+                                f"chart-{n.replace('_', '-')}", threshold=thr, fmt=_pct, direction=direction))
     audit = packet.get("audit") or {}
     if audit:
         full = float(audit["bytes"]["full_scan"])
@@ -159,28 +169,44 @@ def _charts(packet: dict[str, Any]) -> str:
     return '<section id="charts"><h2>Thresholds and charts</h2>' + "\n".join(charts) + "</section>"
 
 
+def _short_source(b: dict[str, Any]) -> str:
+    """A chart label: the source file's name (and part) with the batch id."""
+    src = (b.get("sources") or [{}])[0]
+    name = Path(str(src.get("path") or b.get("source") or "")).name or "batch"
+    part = f" part {src['part']}/{src['parts']}" if src.get("parts") else ""
+    return f"{name}{part} ({b['batch_id'][:8]})"
+
+
 def _counts(packet: dict[str, Any]) -> str:
     counts = packet["counts"]
-    batch_rows = [[_e(b["batch_id"]), b["extracted"], b["accepted"], b["quarantined"],
-                   _e(", ".join(f"{k} {v}" for k, v in sorted(b["reasons"].items())) or "-"),
-                   _e("-" if b["version"] is None else b["version"])] for b in counts["batches"]]
-    batch_rows.append(["<b>total</b>", counts["extracted"], counts["accepted"], counts["quarantined"], "", ""])
+    batch_rows = []
+    for b in counts["batches"]:
+        sources = "<br>".join(f"<code>{_e(source_text(src))}</code>" for src in b.get("sources", [])) or "-"
+        dup = duplicate_text(b) if "sent" in b else ""
+        mark = f'<br><span class="dup">duplicate: {_e(dup)}</span>' if dup else ""
+        batch_rows.append([f"<code>{_e(b['batch_id'])}</code>", sources + mark, b["extracted"], b["accepted"],
+                           b["quarantined"],
+                           _e(", ".join(f"{k} {v}" for k, v in sorted(b["reasons"].items())) or "-"),
+                           _e("-" if b["version"] is None else b["version"])])
+    counted = counts.get("counted_batches", len(counts["batches"]))
+    label = (f'<b>total</b><br><span class="muted">{counted} batch(es) this run applies, each once</span>'
+             if any(b.get("duplicate") for b in counts["batches"]) else "<b>total</b>")
+    batch_rows.append([label, "", counts["extracted"], counts["accepted"], counts["quarantined"], "", ""])
     reason_rows = [[_e(k), v, _pct(v / counts["extracted"] if counts["extracted"] else 0)]
                    for k, v in sorted(counts["by_reason"].items(), key=lambda kv: -kv[1])]
     return ('<section id="counts"><h2>Counts</h2>'
-            + _table(["batch", "extracted", "accepted", "quarantined", "reasons", "version"],
-                     [[c if isinstance(c, str) else f"{c:,}" for c in r] for r in batch_rows], numeric={1, 2, 3})
+            + _table(["batch", "source", "extracted", "accepted", "quarantined", "reasons", "version"],
+                     [[c if isinstance(c, str) else f"{c:,}" for c in r] for r in batch_rows], numeric={2, 3, 4},
+                     table_id="counts-table")
             + "<h3>Rejected lines by reason</h3>"
             + (_table(["reason", "lines", "share of extracted"], [[r[0], f"{r[1]:,}", r[2]] for r in reason_rows],
-                      numeric={1, 2}) if reason_rows else "<p>No line was rejected.</p>")
+                      numeric={1, 2}, table_id="reasons-table") if reason_rows else "<p>No line was rejected.</p>")
             + "</section>")
 
 
 def _rollback(packet: dict[str, Any]) -> str:
     plan = packet["rollback_plan"]
     parts = ['<section id="rollback"><h2>Rollback plan</h2>']
-    if plan.get("note"):
-        parts.append(f"<p>{_e(plan['note'])}.</p>")
     cur = plan.get("current")
     if cur:
         orders = "?" if cur["orders"] is None else f"{cur['orders']:,}"
@@ -248,7 +274,8 @@ def render_index(packet_dir: Path) -> Path:
         ok = p.get("decision") == "ship"
         rows.append([f'<a href="{_e(run)}/report.html">{_e(run)}</a>', _e(p.get("created", "")),
                      f'<span class="{"ok" if ok else "fail"}">{_e(str(p.get("decision", "?")).upper())}</span>',
-                     _e(snap.get("version")), _e(snap.get("generation") or "-"),
+                     _e("-" if snap.get("version") is None else snap["version"]),
+                     _e("-" if snap.get("generation") is None else snap["generation"]),
                      _e(", ".join(p.get("failed_checks", [])) or "-"), f"<code>{_e(p.get('lake', '?'))}</code>"])
     page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Release runs</title>'
             f"<style>{_CSS}</style></head>\n<body>\n<h1>Release runs</h1>\n"

@@ -24,8 +24,9 @@ from ..lake import Lake
 from ..stats import p95
 from ..tables import DEFAULT_TABLE
 from .candidate import hold, receive, ship, stage_run
-from .checks import CHECK_RESULT_NAMES, RunContext, run_check
+from .checks import AT_LEAST, AT_MOST, CHECK_RESULT_NAMES, THRESHOLD_CHECKS, RunContext, run_check
 from .config import load_release_config
+from .counts import run_counts, source_of
 from .lakeopen import open_run_lake
 from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
 from .report import render_index, render_report
@@ -74,8 +75,14 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     """The release run. `lake` (the CLI's `run --lake`) overrides the config's `lake.uri`. The whole
     config is validated before any work: a bad one raises ConfigError and creates nothing."""
     cfg = load_release_config(config_path, lake_override=lake)
-    with show.step("open lake"):
-        lk = open_run_lake(cfg, clock)
+    total = sum(source.stat().st_size for source in cfg.sources if source.is_file())
+    with show.work("release run", total, phases=show.RUN_PHASES):  # bytes of the sources, phase and ETA
+        return _run_release(cfg, clock=clock, progress=progress)
+
+
+def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[str, Any]:
+    show.note("open the lake")
+    lk = open_run_lake(cfg, clock)
     if lk.created:
         progress(f"created a new lake at {lk.storage.root} (lake.create: true)")
     now = lk.clock.now()
@@ -92,26 +99,31 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    batches = []
+    received: list[tuple[Any, dict[str, Any]]] = []
     for source in cfg.sources:
         tick(f"receive {source.name}")
-        with show.step(f"receive {source.name} ({show.human_bytes(source.stat().st_size)})"):
-            for part in file_parts(source):  # one batch per part past the part limit (contract/parts.py)
-                batches.append(receive(lk, part))
-    with show.step("stage the candidate"):
-        staged = stage_run(lk, batches, run_id=run_id)
+        show.note(f"receive {source.name}")
+        parts = [receive(lk, part) for part in file_parts(source)]  # one per part past the part limit
+        received += [(b, source_of(b, i, len(parts))) for i, b in enumerate(parts, start=1)]
+    batches = [b for b, _ in received]
+    show.note("stage the candidate")
+    staged = stage_run(lk, batches, run_id=run_id)
     reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
+    counts = run_counts(received)  # the one source of the packet's counts, tables, charts and thresholds
     parent = staged.parent
     ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
                      recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
-                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=reports)
+                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=counts["batches"])
     results = []
-    for name in cfg.checks:
+    show.phase("checks")
+    for done, name in enumerate(cfg.checks):
         tick(f"check {name}")
-        with show.step(f"check {name}"):
-            for r in run_check(name, ctx):
-                results.append(r)
-                progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
+        show.fraction(done, len(cfg.checks))
+        show.note(name)
+        for r in run_check(name, ctx):
+            results.append(r)
+            progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
+    show.note("")
     failed = [r.name for r in results if not r.passed]
     publication = None
     telemetry = []
@@ -119,6 +131,7 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     stale: dict[str, Any] | None = None
     discarded: dict[str, Any] | None = None
     if not failed:
+        show.phase("commit")
         try:
             shipped = ship(staged)
             shipped_version = shipped.version
@@ -129,21 +142,20 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     tick(f"decision: {decision}")
     if decision == "ship":
         assert shipped_version is not None
-        with show.step("publish"):
-            publication = lk.publish_version("orders", shipped_version, digest=f"release-{run_id}",
-                                             label=f"release-{run_id}")
-            telemetry = _publish_manifests(lk, cfg)
-        reports = [r.to_json() for r in staged.reports]
+        show.phase("publish")
+        publication = lk.publish_version("orders", shipped_version, digest=f"release-{run_id}",
+                                         label=f"release-{run_id}")
+        telemetry = _publish_manifests(lk, cfg)
+        versions = {b.batch_id: b.report.version for b in staged.applied}  # set by the ship's commit
+        for entry in counts["batches"]:
+            entry["version"] = versions.get(entry["batch_id"], entry["version"])
     else:
         discarded = hold(staged)
         discarded["telemetry_files"] = _discard_uploads(lk, ctx.evidence.get("uploaded", []))
     candidate = shipped_version if shipped_version is not None else parent
-    with show.step("planning times"):
-        planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
-    by_reason: dict[str, int] = {}
-    for rep in reports:
-        for k, v in rep["reasons"].items():
-            by_reason[k] = by_reason.get(k, 0) + v
+    show.phase("report")
+    show.note("planning times")
+    planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
     published_now = publication or previous
     packet: dict[str, Any] = {
         "packet_format": 1,
@@ -170,31 +182,27 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         "stale_parent": stale,
         "schema_versions": sorted({v for r in reports for v in r["schema_versions"]}),
         "files": ctx.evidence.get("files", []),
-        "counts": {"batches": [{k: r[k] for k in ("batch_id", "extracted", "accepted", "quarantined", "reasons",
-                                                   "version", "duplicate")} for r in reports],
-                   "extracted": sum(r["extracted"] for r in reports),
-                   "accepted": sum(r["accepted"] for r in reports),
-                   "quarantined": sum(r["quarantined"] for r in reports), "by_reason": by_reason},
+        "counts": counts,
         "drills": ctx.evidence.get("drills", {}),
         "audit": ctx.evidence.get("audit"),
         "freshness": ctx.evidence.get("freshness"),
         "planning_ms": planning,
         "rollback_plan": rollback_plan(lk, lake_uri=cfg.lake_uri, published=published_now,
-                                       shipped=decision == "ship"),
+                                       shipped=decision == "ship" and _version(previous) != shipped_version),
         "cost": cost(lk, cfg, candidate),
         "pending": pending_evidence(lk, cfg, now),
     }
     packet["next_steps"] = next_steps(packet, cfg)
-    with show.step("packet and report"):
-        packet_path, digest = write_packet(packet, out_dir)
-        report_path = render_report(packet, digest, out_dir / "report.html")
-        index_path = render_index(cfg.packet_dir)
-        shutil.rmtree(scratch, ignore_errors=True)
-        summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
-                   "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
-                   "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,  # as the packet
-                                "generation": publication.generation if publication else None}}
-        lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
+    show.note("packet and report")
+    packet_path, digest = write_packet(packet, out_dir)
+    report_path = render_report(packet, digest, out_dir / "report.html")
+    index_path = render_index(cfg.packet_dir)
+    shutil.rmtree(scratch, ignore_errors=True)
+    summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
+               "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
+               "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,  # as the packet
+                            "generation": publication.generation if publication else None}}
+    lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
     tick(f"packet written: {packet_path}")
     return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
             "index": str(index_path), "lake": cfg.lake_uri, "run_id": run_id,
@@ -202,7 +210,8 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
                          "generation": publication.generation if publication else None},
             "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded,
             "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
-                         "threshold": r.evidence.get("threshold"), "seconds": round(r.seconds, 3)}
+                         "threshold": r.evidence.get("threshold"), "direction": r.evidence.get("direction"),
+                         "seconds": round(r.seconds, 3)}
                         for r in results], "lake_created": lk.created}
 
 
@@ -213,7 +222,10 @@ def _thresholds_json(cfg: Any) -> dict[str, Any]:
             "late_events": {"max_share": t.late_events},
             "stale_events": {"older_than_days": t.stale_days, "max_share": t.stale_events},
             "moved_orders": {"max_share": t.moved_orders},
-            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction}}
+            "audit": {"days": list(cfg.audit.days), "max_fraction": cfg.audit.max_fraction},
+            # how each threshold check compares: it passes when observed <= (or >=) its threshold
+            "direction": {name: AT_LEAST if name == "rejected_per_batch" else AT_MOST
+                          for name in (*THRESHOLD_CHECKS, "audit_bytes")}}
 
 
 def _version(pub: Any) -> int | None:
