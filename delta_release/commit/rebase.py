@@ -15,8 +15,8 @@ plan says yes, and only when every commit in between is provably independent of 
 
 Then the candidate's adds and removes mean the same on the new parent as on the old one, and the same
 staged files are committed (strictly) on the new parent: nothing is decoded, folded, staged or gated
-again (`writer.onto`). The plan adds its own conditions (the ingest plan: no subject of its batch was erased since it
-filtered them). Reading a commit's evidence reads that commit's log entry alone (`version_evidence`).
+again (`writer.onto`). The plan adds its own conditions (the ingest plan: no subject of its batch was
+erased since it filtered them). Reading a commit's evidence reads that commit's log entry alone (`version_evidence`).
 """
 
 from __future__ import annotations
