@@ -119,6 +119,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     import delta_release.apply.bucketed as bk
     import delta_release.commit.writer as wr
     import delta_release.ingest as ing
+    import delta_release.maintenance.upkeep as up
     import delta_release.parts as parts_mod
     import delta_release.stage.buckets as buckets
     from delta_release import _delta
@@ -131,7 +132,7 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     open_s = time.perf_counter() - t0
     ph = Phases()
     parts_mod.read_batch_file = ph.wrap("decode", parts_mod.read_batch_file)  # hash + decode (Lake.ingest -> parts)
-    wr.before_work = ph.wrap("writer upkeep (temp sweep, pending erasures, publication)", wr.before_work)
+    up.before_work = ph.wrap("writer upkeep (temp sweep, pending erasures, publication)", up.before_work)
     ing._already_applied = ph.wrap("duplicate check (batch index)", ing._already_applied)
     ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
     ing.plan_bucketed = ph.wrap("apply: plan (the rest)", ing.plan_bucketed)

@@ -1,10 +1,10 @@
 """delta-release: publish versioned Delta Lake tables that are complete, current, replay-safe and erasure-safe."""
 
 # The reports the verbs return (typed; `.to_json()` gives the CLI's JSON).
+from ._version import __version__
 from .api_checks import UnknownSubjectError  # noqa: E402
-from .erasure.erase import ErasureReport  # noqa: E402
 from .erasure.ledger import ErasureKeyError  # noqa: E402
-from .erasure.pending import PendingItem  # noqa: E402
+from .erasure.records import PendingItem  # noqa: E402
 from .errors import (
     ConfigError,
     DeltaReleaseError,
@@ -24,10 +24,9 @@ from .gateway.engines import EngineMismatchError  # noqa: E402
 from .history import HistoryEntry  # noqa: E402
 from .ingest import IngestReport  # noqa: E402
 from .lake import Lake
+from .maintenance.erase import ErasureReport  # noqa: E402
 from .maintenance.rollback import RollbackReport  # noqa: E402
 from .maintenance.vacuum import VacuumReport  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",

@@ -24,6 +24,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
 from . import _delta_checkpoint, _delta_log
+from ._version import __version__
 from .errors import NotFoundError, StaleParentError
 
 if TYPE_CHECKING:
@@ -343,8 +344,6 @@ def _remove_values(r: FileEntry) -> dict[str, str | None]:
 
 def _entry_bytes(*, parent: int, adds: list[FileAdd], removes: list[FileEntry], evidence: dict[str, Any],
                  partition_by: list[str], now: int) -> bytes:
-    from . import __version__
-
     engine = f"delta-release/{__version__}"
     return _delta_log.entry_bytes(
         parent=parent,

@@ -1,6 +1,7 @@
 """Argument checks for the Python API (`Lake.scan`, `Lake.read`, `Lake.erase`), so a wrong type is a clear
 InputError naming the argument instead of a TypeError from deep inside Polars or deltalake; and the guard
-that keeps `erase` of a never-seen id from silently blocking it forever."""
+that keeps `erase` of a never-seen id from silently blocking it forever. (The nearest readable version a
+refusal names is erasure/permission.py's: nothing below the facade imports this module.)"""
 
 from __future__ import annotations
 
@@ -43,28 +44,6 @@ def check_version(version: Any, *, where: str = "version") -> int | None:
     if value < 0:
         raise InputError(f"{where} must be >= 0, got {value}", argument=where)
     return value
-
-
-def nearest_readable(lake: Lake, table: str, version: int) -> int | None:
-    """The allowed version closest to `version` (the newer one on a tie), or None."""
-    from .erasure.permission import snapshot_allowed
-
-    latest = lake.latest_version(table)
-    if latest is None:
-        return None
-    for distance in range(1, latest + 1):
-        for v in (version + distance, version - distance):
-            if 0 <= v <= latest and snapshot_allowed(lake, table, v):
-                return v
-    return None
-
-
-def nearest_hint(lake: Lake, table: str, version: int) -> str:
-    try:
-        v = nearest_readable(lake, table, version)
-    except Exception:  # noqa: BLE001 - the hint must never turn a refusal into a crash
-        return ""
-    return "" if v is None else f"; the nearest readable version is {v}"
 
 
 def require_seen(lake: Lake, subject_id: str, table: str) -> None:

@@ -57,9 +57,7 @@ def audit_days(lake: LakeContext, table: str = "orders", first_day: int = 0, las
         uri, version, entries = staged.uri, staged.parent, staged.entries
         lf = current_rows(staged.scan(), lake.table_def(table))
     elif unpublished_ok and version is not None:
-        from .erasure.permission import check_snapshot
-
-        check_snapshot(lake, table, version)
+        lake.erasure_reader.check_snapshot(table, version)
         uri = lake.table_uri(table)
         lf = current_rows(_delta.scan(uri, lake.options, version), lake.table_def(table))
     else:

@@ -6,9 +6,12 @@
 - `LakeContext`: the lake-wide resources (root storage, catalog, clock, table definitions, raw store,
   quarantine, erasure ledger, publisher, the freshness gateway) and the lookups every layer needs
   (`table_def`, `table_uri`, `table_storage`, `latest_version`, `table(name) -> TableContext`).
+- Two interfaces, so the context names what it offers without importing the modules that implement it
+  (they take a context): `ErasureReads`, the erasure ledger's read side (erasure/reader.py), and
+  `GatewayReads`, the freshness gateway as the layers below the facade use it (gateway/reader.py).
 
 `delta_release.lake.Lake` is a `LakeContext` with the user's verbs on top; nothing below it imports
-`lake.py` (tests/test_architecture.py enforces it).
+`lake.py`, and no import, not even under TYPE_CHECKING, closes a loop (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -16,17 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import polars as pl
+
 from . import _delta
 from .clock import Clock, iso
+from .erasure.ledger import ErasureEntry
+from .erasure.records import Lineage, PendingItem
 from .errors import GenerationConflictError, InputError, NotFoundError
 from .faults import crash_point
+from .gateway.cache import CachedTable, Requests
 from .gateway.catalog import Catalog, Publication
+from .retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
 from .storage import Storage
 from .tables import TableDef
 
 if TYPE_CHECKING:
     from .erasure.ledger import ErasureLedger
-    from .gateway.reader import Gateway
     from .quarantine.ledger import QuarantineLedger
     from .raw.store import RawStore
 
@@ -66,6 +74,45 @@ class CatalogPublisher:
             except GenerationConflictError:
                 continue
         raise GenerationConflictError(table, None, None)
+
+
+class ErasureReads(Protocol):
+    """The erasure ledger's read side (SQLMesh's StateReader; its writer is maintenance/erase.py): the
+    ledger (ledger.py), snapshot permission (permission.py), lineage (lineage.py), pending evidence
+    (pending.py) and text (text.py), answered by erasure/reader.py `ErasureReader`."""
+
+    def subject_key(self, subject_id: str) -> str: ...
+
+    def entries(self) -> list[ErasureEntry]: ...
+
+    def exposing(self, table: str, version: int, *,
+                 entries: list[ErasureEntry] | None = None) -> list[ErasureEntry]: ...
+
+    def allowed(self, table: str, version: int) -> bool: ...
+
+    def check_snapshot(self, table: str, version: int) -> None:
+        """ErasureExposureError when `version` of `table` still holds an erased subject."""
+
+    def lineage(self, table: str) -> Lineage: ...
+
+    def pending(self, *, raw_retention_days: float = RAW_RETENTION_DAYS,
+                backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[PendingItem]: ...
+
+    def names_erased_subject(self, text: str) -> bool: ...
+
+
+class GatewayReads(Protocol):
+    """The freshness gateway (gateway/reader.py `Gateway`) as the layers below the facade use it."""
+
+    requests: Requests
+
+    def resolve(self, table: str, version: int | None) -> tuple[str, int]: ...
+
+    def files(self, table: str, version: int | None = None) -> list[_delta.FileEntry]: ...
+
+    def scan(self, table: str, version: int | None, *, include_tombstones: bool = False) -> pl.LazyFrame: ...
+
+    def refresh(self, table: str) -> CachedTable: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,8 +157,9 @@ class LakeContext:
     raw: RawStore
     quarantine: QuarantineLedger
     erasures: ErasureLedger
+    erasure_reader: ErasureReads  # the ledger's read side (erasure/reader.py)
     publisher: Publisher
-    gateway: Gateway
+    gateway: GatewayReads
 
     # -- locations -------------------------------------------------------------------------------
     def default_location(self, table: TableDef) -> str:

@@ -7,7 +7,6 @@ from typing import NotRequired, TypedDict
 
 from . import _delta, _delta_log
 from .context import LakeContext
-from .erasure.permission import exposing_entries
 from .evidence import CommitEvidence
 from .storage import Storage
 
@@ -38,7 +37,7 @@ def table_history(lake: LakeContext, table: str) -> list[HistoryEntry]:
     store = lake.table_storage(table)
     for entry in reversed(_delta.history(lake.table_uri(table), lake.options)):
         ev = CommitEvidence.from_json(entry.evidence) if entry.evidence is not None else None
-        exposing = exposing_entries(lake, table, entry.version, entries=erasures)
+        exposing = lake.erasure_reader.exposing(table, entry.version, entries=erasures)
         added, removed = _file_counts(store, entry.version, ev)
         row: HistoryEntry = {
             "version": entry.version,

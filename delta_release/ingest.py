@@ -22,6 +22,7 @@ from .contract.source import BytesBatch, FileBatch, as_batch
 from .errors import ReconciliationError
 from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
 from .faults import crash_point
+from .maintenance import upkeep
 from .raw.background import RawCopy
 from .tables import DEFAULT_TABLE
 
@@ -196,8 +197,10 @@ def ingest_batch(lake: LakeContext, data: bytes | FileBatch | BytesBatch, *, rep
                           quarantined=len(decoded.rejects), reasons=decoded.reasons(),
                           schema_versions=decoded.schema_versions, version=None)
     plan = IngestPlan(lake, batch, decoded, batch_id=batch_id, replay=replay, report=report, raw_kept=raw.kept)
+    ctx = lake.table(table)
     with raw:
-        result = write(lake.table(table), plan, publish_now=publish)
+        upkeep.before_work(ctx)  # after the raw copy started, before the plan reads its parent
+        result = write(ctx, plan, publish_now=publish)
     report.attempts = result.attempts
     report.stale_parents = [s.to_json() for s in result.stale_parents]
     if result.version is not None:

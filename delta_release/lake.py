@@ -19,9 +19,8 @@ from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
 from .erasure import ErasureLedger, load_key
-from .erasure.erase import ErasureReport, erase_subject
-from .erasure.pending import PendingItem, pending_all
-from .erasure.vacuumlog import missing_files_error
+from .erasure.reader import ErasureReader
+from .erasure.records import PendingItem
 from .errors import InputError
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
@@ -29,7 +28,9 @@ from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
 from .lakeroot import open_root
+from .maintenance.erase import ErasureReport, check_request, erase_subject
 from .maintenance.rollback import RollbackReport, rollback
+from .maintenance.upkeep import before_work
 from .maintenance.vacuum import VacuumReport, vacuum_table
 from .parts import ingest_file
 from .quarantine import QuarantineLedger
@@ -57,6 +58,8 @@ class Lake(LakeContext):
     its subclasses StaleParentError, GateError, ErasureExposureError, FreshnessError, ...).
     """
 
+    gateway: Gateway  # the full gateway (the context offers its read side: context.GatewayReads)
+
     def __init__(self, storage: Storage, *, catalog: Catalog, clock: Clock, tables: dict[str, TableDef],
                  freshness: str = "refresh") -> None:
         self.storage = storage
@@ -67,6 +70,7 @@ class Lake(LakeContext):
         self.raw = RawStore(storage)
         self.quarantine = QuarantineLedger(storage)
         self.erasures = ErasureLedger(storage, load_key(storage, create=True))
+        self.erasure_reader = ErasureReader(self)
         self.publisher = CatalogPublisher(catalog, self.clock)
         self.gateway = Gateway(self, policy=freshness)
 
@@ -169,8 +173,8 @@ class Lake(LakeContext):
         VacuumedVersionError when the version's files are gone."""
         try:
             return self.scan(table, version).collect()
-        except OSError as exc:  # files gone from storage: VacuumedVersionError (erasure/vacuumlog.py)
-            err = missing_files_error(self, table, version, exc)
+        except OSError as exc:  # files gone from storage: VacuumedVersionError (gateway/diagnosis.py)
+            err = self.gateway.diagnose(table, version, exc)
             if err is exc:
                 raise
             raise err from exc
@@ -185,13 +189,18 @@ class Lake(LakeContext):
         """Erase one subject: one strict commit without its rows; blocked from then on; earlier versions
         that hold it become unreadable. The report's `pending` says what still holds it, until when.
         An id this lake never saw is refused (UnknownSubjectError, exit 3) unless `force=True`."""
+        subject_id, raw_retention_days, backup_expiry_days = check_request(
+            self, order_id, table=table, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
         if not force:
             from .api_checks import require_seen
-            from .erasure.erase import _check_id
 
-            require_seen(self, _check_id(order_id), table)
-        return erase_subject(self, order_id, table=table, raw_retention_days=raw_retention_days,
-                             backup_expiry_days=backup_expiry_days)
+            require_seen(self, subject_id, table)
+        upkeep = before_work(self.table(table))  # the writers' upkeep: completes a killed erasure (this one's too)
+        report = erase_subject(self, subject_id, table=table, raw_retention_days=raw_retention_days,
+                               backup_expiry_days=backup_expiry_days)
+        report.temp_files_removed = upkeep.temp_files_removed + report.temp_files_removed
+        report.erasures_completed = upkeep.erasures_completed
+        return report
 
     def rollback(self, to: int, *, repair_forward: bool = False, table: str = DEFAULT_TABLE,
                  dry_run: bool = False) -> RollbackReport:
@@ -211,7 +220,8 @@ class Lake(LakeContext):
     def erasure_pending(self, *, raw_retention_days: float = RAW_RETENTION_DAYS,
                         backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> list[PendingItem]:
         """Pending evidence for every erased subject: what still holds it, and until when."""
-        return pending_all(self, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
+        return self.erasure_reader.pending(raw_retention_days=raw_retention_days,
+                                           backup_expiry_days=backup_expiry_days)
 
 
 def _check_own_catalog(lake: Lake) -> None:

@@ -82,7 +82,7 @@ def _erase(lake: dr.Lake, order_id: str) -> int | None:
     if erase is not None:
         report = erase(order_id)
     else:
-        from delta_release.erasure.erase import erase_subject
+        from delta_release.maintenance.erase import erase_subject
 
         report = erase_subject(lake, order_id)
     return getattr(report, "version", None)

@@ -13,6 +13,7 @@ from conftest import jsonl, up
 
 import delta_release as dr
 import delta_release.commit.writer as writer
+import delta_release.maintenance.upkeep as upkeep
 from delta_release.errors import InputError
 from delta_release.raw import background
 from delta_release.raw.store import RawStore
@@ -70,6 +71,6 @@ def test_a_small_batch_is_copied_before_the_plan(tmp_path: Path, monkeypatch: py
     real_put = RawStore.put_file
     order: list[str] = []
     monkeypatch.setattr(RawStore, "put_file", lambda self, *a, **kw: order.append("raw") or real_put(self, *a, **kw))
-    monkeypatch.setattr(writer, "before_work", lambda ctx, **kw: order.append("plan") or writer.Upkeep())
+    monkeypatch.setattr(upkeep, "before_work", lambda ctx, **kw: order.append("plan") or upkeep.Upkeep())
     lake.ingest(_batch(tmp_path / "b1.jsonl", 1))
     assert order == ["raw", "plan"]

@@ -71,7 +71,7 @@ def erase(opts: Options, order_id: str | None, resume: bool, table: str, raw_ret
         raise click.UsageError("give either ORDER_ID or --resume")
     lake = open_lake(opts)
     if order_id is None:
-        from ..commit.writer import before_work
+        from ..maintenance.upkeep import before_work
 
         done = before_work(lake.table(table)).to_json()
         emit(opts, done, f"completed {done['erasures_completed']} pending erasure(s)")

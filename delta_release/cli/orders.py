@@ -74,15 +74,13 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
 
         frame, engine = read_registered(lake, table, resolved, engine=engine)
     else:
-        from ..erasure.vacuumlog import missing_files_error
-
         try:
             frame = (lake.gateway.read_duckdb(table, resolved) if engine == "duckdb"
                      else lake.scan(table, resolved).collect())
         except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
             if not isinstance(exc, Exception) and not rust_panic(exc):
                 raise
-            err = missing_files_error(lake, table, resolved, exc)
+            err = lake.gateway.diagnose(table, resolved, exc)
             if err is exc:
                 raise
             raise err from exc

@@ -5,10 +5,10 @@ from .writer import (
     Change,
     ExistingFile,
     Plan,
+    RetryPolicy,
     StagedCandidate,
     StaleParent,
     WriteResult,
-    before_work,
     commit,
     discard,
     recover_publication,
@@ -17,5 +17,5 @@ from .writer import (
     write,
 )
 
-__all__ = ["MAX_ATTEMPTS", "Change", "ExistingFile", "Plan", "StagedCandidate", "StaleParent", "WriteResult",
-           "before_work", "commit", "discard", "recover_publication", "replace_partitions", "stage", "write"]
+__all__ = ["MAX_ATTEMPTS", "Change", "ExistingFile", "Plan", "RetryPolicy", "StagedCandidate", "StaleParent",
+           "WriteResult", "commit", "discard", "recover_publication", "replace_partitions", "stage", "write"]

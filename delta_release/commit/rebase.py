@@ -15,13 +15,12 @@ plan says yes, and only when every commit in between is provably independent of 
 
 Then the candidate's adds and removes mean the same on the new parent as on the old one, and the same
 staged files are committed (strictly) on the new parent: nothing is decoded, folded, staged or gated
-again. The plan adds its own conditions (the ingest plan: no subject of its batch was erased since it
-filtered them). Reading a commit's evidence reads that commit's log entry alone (`version_evidence`).
+again (`writer.onto`). The plan adds its own conditions (the ingest plan: no subject of its batch was
+erased since it filtered them). Reading a commit's evidence reads that commit's log entry alone (`version_evidence`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -29,10 +28,10 @@ import polars as pl
 
 from .. import _delta
 from ..evidence import CommitEvidence
+from .writer import StagedCandidate
 
 if TYPE_CHECKING:
     from ..context import TableContext
-    from .writer import StagedCandidate
 
 REBASE_OPERATIONS = frozenset({"ingest", "replay"})
 
@@ -74,12 +73,3 @@ def _any_key_in(ctx: TableContext, paths: list[str], keys: pl.Series) -> bool:
         if found.cast(pl.String).is_in(keys.implode()).any():
             return True
     return False
-
-
-def onto(staged: StagedCandidate, new_parent: int) -> StagedCandidate:
-    """The same staged candidate (same files, same adds and removes) on `new_parent`."""
-    candidate = staged.staged
-    if candidate is not None:
-        candidate = dataclasses.replace(candidate, parent=new_parent)
-    evidence = dataclasses.replace(staged.evidence, parent=new_parent)
-    return dataclasses.replace(staged, parent=new_parent, staged=candidate, evidence=evidence)

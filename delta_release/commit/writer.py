@@ -1,8 +1,7 @@
 """The one writer path: every commit of ours goes through here.
 
-    write(ctx, plan):
-        before_work(ctx)                       # temp sweep, legacy quarantine, pending erasures, publication
-        repeat (at most MAX_ATTEMPTS):
+    write(ctx, plan, retry=RetryPolicy()):     # the caller ran its upkeep (maintenance/upkeep.py) first
+        repeat (at most retry.max_attempts):
             parent = latest version
             staged = stage(ctx, plan, parent)  # plan.build(ctx, parent) -> Change; stage; gate; evidence
             plan.before_commit(ctx, staged)    # the plan's side effects that must precede the commit
@@ -28,6 +27,7 @@ run.before_ship_commit, run.after_ship_commit, storage.after_temp:<top directory
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Iterable
@@ -38,7 +38,7 @@ import polars as pl
 
 from .. import _delta, index, progress
 from ..context import TableContext
-from ..errors import NotFoundError, StaleParentError
+from ..errors import InputError, NotFoundError, StaleParentError
 from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
 from ..faults import crash_point, crash_window
 from ..gateway.catalog import Publication
@@ -50,6 +50,34 @@ from ..stage.candidate import FileEvidence
 # backoff (capped at BACKOFF_MAX_S) keeps many writers from re-colliding in lockstep.
 MAX_ATTEMPTS = 64
 BACKOFF_MAX_S = 0.5
+BACKOFF_BASE_S = 0.01
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How a `write` answers stale parents: a property of the call (as delta-rs's `CommitProperties`).
+
+    At most `max_attempts` attempts; after a rebuilt (not rebased) attempt, a jittered wait of up to
+    min(backoff_max_s, backoff_base_s * 2 ** attempt) seconds (the exponent capped at 8)."""
+
+    max_attempts: int = MAX_ATTEMPTS
+    backoff_max_s: float = BACKOFF_MAX_S
+    backoff_base_s: float = BACKOFF_BASE_S
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise InputError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}", argument="max_attempts")
+        for name in ("backoff_max_s", "backoff_base_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise InputError(f"{name} must be a finite number >= 0, got {value!r}", argument=name)
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (jittered)."""
+        return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2 ** min(attempt, 8)))
+
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,7 +180,6 @@ class WriteResult:
     publication: Publication | None
     attempts: int
     stale_parents: list[StaleParent]
-    upkeep: Upkeep | None = None  # what before_work did (None when the caller ran it itself)
 
     @property
     def rebased(self) -> int:
@@ -273,43 +300,6 @@ def recover_publication(ctx: TableContext) -> Publication | None:
     return ctx.publisher.publish(ctx.name, latest, digest=str(raw.get("digest", "")))
 
 
-@dataclass(slots=True, kw_only=True)
-class Upkeep:
-    """What `before_work` did before the writer's own work (reported by writers that care)."""
-
-    temp_files_removed: list[str] = field(default_factory=list)  # lake-relative paths
-    quarantine_migrated: int = 0  # legacy ledger files rewritten without their text
-    erasures_completed: int = 0  # erasures a killed writer left pending, completed here
-    publication: Publication | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"temp_files_removed": self.temp_files_removed, "quarantine_migrated": self.quarantine_migrated,
-                "erasures_completed": self.erasures_completed}
-
-
-def before_work(ctx: TableContext, *, lake_wide: bool = True) -> Upkeep:
-    """What every writer does before it reads its parent: finish work a killed writer left behind.
-
-    Lake-wide (when the context knows its lake; `lake_wide=False` for a writer that already did it):
-    remove stale temp files (a killed writer's, which may hold payload text), migrate a legacy
-    quarantine ledger (quarantine/upkeep.py), and complete every erasure left pending in the ledger by a
-    killed writer (erasure/erase.py; its commits go through `write(..., upkeep=False)`). Then publish a
-    landed-but-unpublished commit of this table."""
-    upkeep = Upkeep()
-    if lake_wide and ctx.lake is not None:
-        from ..erasure.erase import complete_pending_erasures
-        from ..quarantine.upkeep import writer_start
-
-        lake = ctx.lake  # the roots a writer writes into: the lake's, this table's, the lake's other tables'
-        roots = {ctx.uri, *(lake.resolve_location(lake.default_location(t)) for t in lake.tables.values())}
-        started = writer_start(lake.storage, tables=sorted(roots))
-        upkeep.temp_files_removed = list(started["temp_files_removed"])
-        upkeep.quarantine_migrated = int(started["quarantine_migrated"])
-        upkeep.erasures_completed = complete_pending_erasures(ctx.lake)
-    upkeep.publication = recover_publication(ctx)
-    return upkeep
-
-
 def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> None:
     """Tell the indexes what commit `version` did. They are caches: a writer killed before this point
     leaves them behind, and the next lookup rebuilds what is missing from the Delta log."""
@@ -331,18 +321,18 @@ def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> 
                 hashed_locations=change.hashed_locations)
 
 
-def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attempts: int = MAX_ATTEMPTS,
-          upkeep: bool = True) -> WriteResult:
-    """Build `plan` on the latest parent, stage, gate, commit strictly, retry on a stale parent, publish.
+def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,
+          retry: RetryPolicy = DEFAULT_RETRY) -> WriteResult:
+    """Build `plan` on the latest parent, stage, gate, commit strictly, retry on a stale parent (as
+    `retry` says), publish. The writer ran its upkeep first (maintenance/upkeep.py `before_work`).
 
     With publish_now=False the commit lands with `publication: deferred` in its evidence and the
-    catalog is left alone (a release run publishes on ship). upkeep=False: the caller ran `before_work`.
+    catalog is left alone (a release run publishes on ship).
     """
-    done = before_work(ctx) if upkeep else None
     stale: list[StaleParent] = []
     publication = IMMEDIATE if publish_now else DEFERRED
     rebased: StagedCandidate | None = None  # staged files carried onto a new parent (commit/rebase.py)
-    for attempt in range(1, max_attempts + 1):
+    for attempt in range(1, retry.max_attempts + 1):
         if rebased is not None:
             staged, rebased = rebased, None
         else:
@@ -357,7 +347,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
                 raise
             if staged.empty:
                 return WriteResult(table=ctx.name, version=None, staged=staged, publication=None,
-                                   attempts=attempt, stale_parents=stale, upkeep=done)
+                                   attempts=attempt, stale_parents=stale)
         progress.phase("commit")
         try:
             version = commit(ctx, staged, keep_on_stale=True)
@@ -365,7 +355,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
             rebased = _rebase(ctx, plan, staged)
             stale.append(StaleParent(expected=exc.expected, found=exc.found, rebased=rebased is not None))
             if rebased is None:
-                time.sleep(random.uniform(0, min(BACKOFF_MAX_S, 0.01 * 2 ** min(attempt, 8))))
+                time.sleep(retry.backoff(attempt))
             continue
         crash_point("ingest.after_commit")
         if publish_now:
@@ -374,7 +364,7 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
         crash_point("ingest.after_publish")
         record_indexes(ctx, version, staged)
         return WriteResult(table=ctx.name, version=version, staged=staged, publication=pub, attempts=attempt,
-                           stale_parents=stale, upkeep=done)
+                           stale_parents=stale)
     if rebased is not None:
         discard(ctx, rebased)
     raise StaleParentError(ctx.name, stale[-1].expected, stale[-1].found)
@@ -383,8 +373,6 @@ def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True, max_attemp
 def _rebase(ctx: TableContext, plan: Plan, staged: StagedCandidate) -> StagedCandidate | None:
     """`staged` carried onto the new latest version when the plan says its files still hold there; else
     None, with the staged files discarded (the plan is rebuilt)."""
-    from .rebase import onto
-
     try:
         latest = ctx.latest_version()
         if latest is not None and latest > staged.parent and plan.can_rebase(ctx, staged, latest):
@@ -394,3 +382,12 @@ def _rebase(ctx: TableContext, plan: Plan, staged: StagedCandidate) -> StagedCan
         raise
     discard(ctx, staged)
     return None
+
+
+def onto(staged: StagedCandidate, new_parent: int) -> StagedCandidate:
+    """The same staged candidate (same files, same adds and removes) on `new_parent`."""
+    candidate = staged.staged
+    if candidate is not None:
+        candidate = dataclasses.replace(candidate, parent=new_parent)
+    evidence = dataclasses.replace(staged.evidence, parent=new_parent)
+    return dataclasses.replace(staged, parent=new_parent, staged=candidate, evidence=evidence)

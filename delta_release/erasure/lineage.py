@@ -3,45 +3,24 @@
 Our commits carry their evidence (files added with size and sha256, paths removed) in the commit
 metadata, so the file set of every version follows from the previous one without replaying the log per
 version. A commit without that evidence (someone else's, or the first version left after a log cleanup)
-is read from the log itself. The result is a lifetime per file: the version ranges that reference it.
+is read from the log itself. The result is a lifetime per file: the version ranges that reference it
+(`Lineage`, erasure/records.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from .. import _delta
+from .records import Lineage
 
 if TYPE_CHECKING:
     from ..context import LakeContext
 
 # Operations that never change the file set (delta-rs writes two commits around a vacuum).
 NO_DATA_CHANGE = {"VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UPGRADE PROTOCOL"}
-
-
-@dataclass(slots=True, kw_only=True)
-class Lineage:
-    latest: int
-    # path -> [[first version, first version that no longer references it (None: still current)], ...]
-    lifetimes: dict[str, list[list[int | None]]] = field(default_factory=dict)
-    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> evidence of its add
-    timestamps: dict[int, int] = field(default_factory=dict)  # version -> commit time, ms
-    operations: dict[int, str] = field(default_factory=dict)
-
-    def ranges(self, path: str) -> list[list[int]]:
-        """Inclusive version ranges that reference `path`."""
-        return [[int(lo), self.latest if hi is None else int(hi) - 1]  # type: ignore[arg-type]
-                for lo, hi in self.lifetimes.get(path, [])]
-
-    def files_at(self, version: int) -> set[str]:
-        return {p for p, spans in self.lifetimes.items()
-                if any(lo <= version and (hi is None or version < hi) for lo, hi in spans)}  # type: ignore[operator]
-
-    def referenced(self, path: str, versions: set[int]) -> set[int]:
-        return {v for v in versions for lo, hi in self.ranges(path) if lo <= v <= hi}
 
 
 def _files_from_evidence(ev: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[str]] | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from ..clock import iso
 from ..contract import decode_batch
@@ -23,6 +23,7 @@ from ..errors import NotFoundError
 from ..tables import DEFAULT_TABLE
 from .ledger import ErasureEntry
 from .lineage import data_files_on_storage
+from .records import PendingItem
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -90,17 +91,6 @@ def pending_for(lake: LakeContext, entry: ErasureEntry, *, raw_retention_days: f
             out.append({"what": "backups taken before the erasure", "kind": "backup", "until": iso(until),
                         "detail": f"backups expire {backup_expiry_days:g} days after they are taken"})
     return out
-
-
-class PendingItem(TypedDict):
-    """Something that still holds an erased subject, and until when."""
-
-    subject: str  # a prefix of the keyed hash, never the id
-    what: str
-    kind: str  # raw_batch, data_files or backup
-    until: str  # ISO time
-    detail: str
-    files: NotRequired[list[str]]
 
 
 def pending_all(lake: LakeContext, *, raw_retention_days: float = RAW_RETENTION_DAYS,

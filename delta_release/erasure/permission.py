@@ -2,7 +2,11 @@
 
 A done ledger entry names the version ranges that hold its subject, so the usual check reads no data.
 An entry still pending (its erasure commit not yet recorded, e.g. after a crash) is checked by hashing
-the distinct keys of the version itself; versions are immutable, so that answer is cached.
+the distinct keys of the version itself; versions are immutable, so that answer is cached. A version
+whose files are gone from storage (`OSError`) cannot be proven free of it, so it is held to expose it;
+any other failure of that scan is raised, never turned into an answer.
+
+A refusal names the nearest version that may be read (`nearest_hint`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def subjects_in_version(lake: LakeContext, table: str, version: int, subjects: f
         try:
             keys = (_delta.scan(uri, lake.options, version)
                     .select(pl.col(key).unique()).collect()[key].drop_nulls().to_list())
-        except Exception:  # noqa: BLE001 - an unreadable version (files vacuumed): assume the worst
+        except OSError:  # its files are gone (vacuumed or removed): nothing proves it no longer holds them
             return subjects
         hashes = {lake.erasures.subject_key(k) for k in keys}
         _SCAN_CACHE[cache_key] = frozenset(subjects & hashes)
@@ -92,7 +96,23 @@ def check_snapshot(lake: LakeContext, table: str, version: int) -> None:
     """Raise ErasureExposureError when `version` of `table` still holds an erased subject."""
     exposing = exposing_entries(lake, table, version)
     if exposing:
-        from ..api_checks import nearest_hint
-
         raise exposure_error(table, version, len(exposing), hint=nearest_hint(lake, table, version),
                              resume=pending_resume(lake, exposing))
+
+
+def nearest_readable(lake: LakeContext, table: str, version: int) -> int | None:
+    """The allowed version closest to `version` (the newer one on a tie), or None."""
+    latest = lake.latest_version(table)
+    if latest is None:
+        return None
+    for distance in range(1, latest + 1):
+        for v in (version + distance, version - distance):
+            if 0 <= v <= latest and snapshot_allowed(lake, table, v):
+                return v
+    return None
+
+
+def nearest_hint(lake: LakeContext, table: str, version: int) -> str:
+    """"; the nearest readable version is N" for a refusal's message, or "" when none is."""
+    v = nearest_readable(lake, table, version)
+    return "" if v is None else f"; the nearest readable version is {v}"

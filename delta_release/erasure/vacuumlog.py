@@ -13,7 +13,8 @@ between the record and the deletes leaves a record that is, at worst, too cautio
 `check_readable` raises `VacuumedVersionError` (exit 3) naming the version, the vacuum that removed its
 files, and the nearest version that is still readable (not vacuumed, no erased subject, published or
 older). It reads the records only for a pinned version other than the published one (vacuum never
-removes the published version's files), so the usual read pays nothing.
+removes the published version's files), so the usual read pays nothing. Why a read that failed
+failed (files missing, or damaged) is the gateway's to say (gateway/diagnosis.py), from these records.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import iso
-from ..errors import DeltaReleaseError, GateError, VacuumedVersionError
-from .lineage import Lineage, merge_ranges
+from ..errors import VacuumedVersionError
+from .lineage import merge_ranges
 from .permission import snapshot_allowed
+from .records import Lineage
 
 if TYPE_CHECKING:
     from ..context import LakeContext as Lake
@@ -105,60 +107,3 @@ def check_readable(lake: Lake, table: str, version: int, *, action: str = "readi
     rec = removed_by(lake, table, version)
     if rec is not None:
         raise vacuumed_error(lake, table, version, pub.version if pub else version, rec, action=action)
-
-
-def _damaged(lake: Lake, table: str, version: int, store: Any) -> GateError | None:
-    """A GateError for the first file of `version` that is not what was committed (a truncated or
-    overwritten file, on which Polars may panic), else None: first the size its log entry records (a stat
-    each), then, all sizes equal, the sha256 our commit's evidence recorded (each file read once, stopping
-    at the first that differs; this runs only after a read failed)."""
-    import hashlib
-
-    from ..index.files import recorded_sha256
-
-    files = lake.gateway.files(table, version)
-    for f in files:
-        size = store.size(f.path)
-        if size is not None and size != f.size:
-            return GateError(f"data file {f.path} of {table} version {version} is damaged: {size} bytes on "
-                             f"storage, its log entry says {f.size}", path=f.path, mismatch="size",
-                             table=table, version=version)
-    recorded = recorded_sha256(lake, table, [f.path for f in files])
-    for f in files:
-        want = recorded.get(f.path)
-        if not want:
-            continue
-        digest = hashlib.sha256()
-        with store.open_input(f.path) as handle:
-            while block := handle.read(8 << 20):
-                digest.update(block)
-        if digest.hexdigest() != want:
-            return GateError(f"data file {f.path} of {table} version {version} is damaged: its sha256 is not "
-                             "the one its commit recorded", path=f.path, mismatch="sha256",
-                             table=table, version=version)
-    return None
-
-
-def missing_files_error(lake: Lake, table: str, version: int | None, exc: BaseException) -> BaseException:
-    """For a read that failed (`exc`): a VacuumedVersionError when files of the version are missing from
-    storage (a vacuum of ours, or files removed by someone else), a GateError when one has the wrong size
-    (damaged), else `exc` itself."""
-    try:
-        pub = lake.published(table)
-        if pub is None:
-            return exc
-        version = pub.version if version is None else version
-        store = lake.table_storage(table)
-
-        def present(v: int) -> bool:
-            try:
-                return all(store.exists(f.path) for f in lake.gateway.files(table, v))
-            except DeltaReleaseError:  # refused (erased subject, vacuumed): not readable
-                return False
-
-        if present(version):
-            return _damaged(lake, table, version, store) or exc
-        return vacuumed_error(lake, table, version, pub.version, removed_by(lake, table, version),
-                              present=present)
-    except Exception:  # noqa: BLE001 - diagnosing must never hide the original failure
-        return exc

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _delta
-from ..commit.writer import Change, ExistingFile, Plan, before_work, write
+from ..commit.writer import Change, ExistingFile, Plan, write
 from ..context import LakeContext, TableContext
 from ..evidence import FileRecord
 from ..gateway.catalog import Publication
+from ..maintenance.upkeep import before_work
 from .manifest import GateReport, Manifest, gate_manifest
 
 

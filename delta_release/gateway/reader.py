@@ -3,9 +3,11 @@
 `Gateway.check` compares the cached generation and location with the catalog's. A stale cache is
 refreshed (policy "refresh") or refused with `FreshnessError` (policy "error"): a reader never gets an
 older generation, or an empty answer from a stale file list, without an error. A pinned version newer
-than the published one is refused (it may be a commit whose publication has not completed); the current
-view of orders hides tombstones. `read_duckdb` reads the gateway's file list with the second engine and
-fails when the engines' file sets differ.
+than the published one is refused (it may be a commit whose publication has not completed), so is a
+version that holds an erased subject (the context's erasure read side) or whose files a vacuum removed
+(erasure/vacuumlog.py); the current view of orders hides tombstones. `read_duckdb` reads the gateway's
+file list with the second engine and fails when the engines' file sets differ. A read of a resolved
+version that failed is diagnosed here (`diagnose`, gateway/diagnosis.py).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import polars as pl
 
 from .. import _delta
 from ..clock import iso
-from ..erasure.permission import check_snapshot
 from ..erasure.vacuumlog import check_readable
 from ..errors import FreshnessError, InputError, NotFoundError
 from ..views import current_rows
 from .cache import CachedTable, Requests
+from .diagnosis import missing_files_error
 from .engines import FileSetReport, compare_file_sets, duckdb_glob, duckdb_read, file_uri
 
 if TYPE_CHECKING:
@@ -108,7 +110,7 @@ class Gateway:
         elif version > cached.version:
             raise NotFoundError(f"version {version} of {table} is not published (published: {cached.version})",
                                 table=table, version=version, published=cached.version)
-        check_snapshot(self.lake, table, version)
+        self.lake.erasure_reader.check_snapshot(table, version)
         if version != cached.version:  # vacuum never removes the published version's files
             check_readable(self.lake, table, version)
         return cached.location, version
@@ -117,6 +119,11 @@ class Gateway:
         """The file list the gateway resolves for `version` (default: published) after the freshness check."""
         uri, version = self.resolve(table, version)
         return list(self._resolve_files(uri, version))
+
+    def diagnose(self, table: str, version: int | None, exc: BaseException) -> BaseException:
+        """For a read of `version` (None: published) that failed with `exc`: VacuumedVersionError (its
+        files are gone), GateError (one is damaged), else `exc` itself (gateway/diagnosis.py)."""
+        return missing_files_error(self.lake, table, version, exc)
 
     # -- engines ---------------------------------------------------------------------------------
     def scan(self, table: str, version: int | None, *, include_tombstones: bool = False) -> pl.LazyFrame:

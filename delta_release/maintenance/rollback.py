@@ -22,8 +22,9 @@ import pyarrow.parquet as pq
 from .. import _delta
 from ..commit.writer import Change, ExistingFile, Plan, partition_text, write
 from ..context import LakeContext, TableContext
-from ..erasure.lineage import Lineage, table_lineage
-from ..erasure.permission import exposing_entries, exposure_error, pending_resume
+from ..erasure.lineage import table_lineage
+from ..erasure.permission import exposing_entries, exposure_error, nearest_hint, pending_resume
+from ..erasure.records import Lineage
 from ..erasure.vacuumlog import check_readable
 from ..errors import GateError, InputError
 from ..evidence import FileRecord
@@ -31,6 +32,7 @@ from ..stage import partition_dir
 from ..stage.candidate import file_stats
 from ..tables import DEFAULT_TABLE
 from ..views import partition_filter
+from .upkeep import before_work
 
 
 @dataclass(slots=True, kw_only=True)
@@ -112,8 +114,6 @@ class RestorePlan(Plan):
         check_readable(lake, table, to, action="rolling back to")  # vacuumed: nothing left to restore
         exposing = exposing_entries(lake, table, to)
         if exposing and not self.repair_forward:
-            from ..api_checks import nearest_hint
-
             err = exposure_error(table, to, len(exposing), action="rolling back to",
                                  hint=nearest_hint(lake, table, to), resume=pending_resume(lake, exposing))
             err.message += "; use --repair-forward to restore it without the erased subjects"
@@ -154,9 +154,11 @@ def rollback(lake: LakeContext, to: int, *, repair_forward: bool = False, table:
              dry_run: bool = False) -> RollbackReport:
     lake.table_def(table)
     plan = RestorePlan(lake, to, repair_forward=repair_forward)
+    ctx = lake.table(table)
     if dry_run:
-        return _plan_only(lake.table(table), plan)
-    result = write(lake.table(table), plan)
+        return _plan_only(ctx, plan)
+    before_work(ctx)
+    result = write(ctx, plan)
     return RollbackReport(table=table, restored_to=to, version=result.version, mode=plan.mode, parent=plan.parent,
                           files_added=[a.path for a in result.staged.adds],
                           files_removed=[r.path for r in result.staged.removes], rows_dropped=plan.rows_dropped,

@@ -38,7 +38,7 @@ from .. import _delta
 from ..apply.fold import read_rows_from
 from ..apply.overlay import apply_in_sequence
 from ..commit.view import StagedSnapshot, staged_snapshot
-from ..commit.writer import Change, Plan, StagedCandidate, before_work, commit, discard, replace_partitions, stage
+from ..commit.writer import Change, Plan, StagedCandidate, commit, discard, replace_partitions, stage
 from ..context import LakeContext, TableContext
 from ..contract import DecodedBatch, Reason, Reject
 from ..contract.decode import count_reasons
@@ -47,6 +47,7 @@ from ..errors import ReconciliationError, StaleParentError
 from ..evidence import DEFERRED
 from ..faults import crash_point
 from ..ingest import IngestReport, _erasure_filter, applied_batches
+from ..maintenance.upkeep import before_work
 from ..tables import DEFAULT_TABLE
 
 

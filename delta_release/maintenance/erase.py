@@ -23,9 +23,12 @@ import polars as pl
 from .. import _delta, index
 from ..arguments import finite
 from ..clock import iso
-from ..commit.writer import Change, Plan, before_work, replace_partitions, write
+from ..commit.writer import Change, Plan, replace_partitions, write
 from ..context import LakeContext, TableContext
 from ..contract.decode import MAX_ORDER_ID
+from ..erasure.ledger import ErasureEntry
+from ..erasure.lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
+from ..erasure.pending import pending_for, raw_batches_holding
 from ..errors import DeltaReleaseError, InputError
 from ..faults import crash_point
 from ..quarantine.temp_sweep import sweep_lake_temp
@@ -34,9 +37,6 @@ from ..storage import HOST_TAG
 from ..storage import _pid_alive as pid_alive
 from ..tables import DEFAULT_TABLE
 from ..views import partition_filter
-from .ledger import ErasureEntry
-from .lineage import data_files_on_storage, files_holding, merge_ranges, table_lineage
-from .pending import pending_for, raw_batches_holding
 
 
 @dataclass(slots=True, kw_only=True)
@@ -104,10 +104,10 @@ class RemoveSubject(Plan):
 
 def _remove_subject(lake: LakeContext, table: str, subject_id: str, report: ErasureReport) -> None:
     """Commit the table without the subject's rows (no commit when it holds none). The caller ran the
-    writer's upkeep (`before_work`) already: completing pending erasures there would recurse."""
+    writers' upkeep (maintenance/upkeep.py) already, or is that upkeep (completing pending erasures)."""
     plan = RemoveSubject(subject_id)
     ctx = lake.table(table)
-    result = write(ctx, plan, upkeep=False)
+    result = write(ctx, plan)
     keys = index.key_index(ctx)
     latest = ctx.latest_version()
     if keys is not None and latest is not None:  # the subject's hash leaves the key index's files
@@ -122,10 +122,10 @@ def _remove_subject(lake: LakeContext, table: str, subject_id: str, report: Eras
     report.files_removed = [r.path for r in result.staged.removes]
 
 
-def erase_subject(lake: LakeContext, subject_id: str, *, table: str = DEFAULT_TABLE,
+def check_request(lake: LakeContext, subject_id: Any, *, table: str = DEFAULT_TABLE,
                   raw_retention_days: float = RAW_RETENTION_DAYS,
-                  backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
-    """Erase one subject (an order id) from `table`; see the module docstring for the steps."""
+                  backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> tuple[str, float, float | None]:
+    """The checked arguments of an erasure (InputError naming the wrong one); nothing is read or written."""
     subject_id = _check_id(subject_id)
     raw_retention_days = finite("raw_retention_days", raw_retention_days)
     if backup_expiry_days is not None:
@@ -133,17 +133,24 @@ def erase_subject(lake: LakeContext, subject_id: str, *, table: str = DEFAULT_TA
     tdef = lake.table_def(table)
     if not tdef.key:
         raise InputError(f"table {table} has no subject key; erasure applies to keyed tables", table=table)
-    upkeep = before_work(lake.table(table))  # completes a killed erasure (this subject's too) first
-    report = _erase(lake, subject_id, table, raw_retention_days=raw_retention_days,
-                    backup_expiry_days=backup_expiry_days)
-    report.temp_files_removed = upkeep.temp_files_removed + report.temp_files_removed
-    report.erasures_completed = upkeep.erasures_completed
-    return report
+    return subject_id, raw_retention_days, backup_expiry_days
+
+
+def erase_subject(lake: LakeContext, subject_id: str, *, table: str = DEFAULT_TABLE,
+                  raw_retention_days: float = RAW_RETENTION_DAYS,
+                  backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
+    """Erase one subject (an order id) from `table`; see the module docstring for the steps. Like every
+    writer's, its upkeep runs first, by its caller (`Lake.erase`: maintenance/upkeep.py `before_work`),
+    which completes a killed erasure (this subject's too)."""
+    subject_id, raw_retention_days, backup_expiry_days = check_request(
+        lake, subject_id, table=table, raw_retention_days=raw_retention_days, backup_expiry_days=backup_expiry_days)
+    return _erase(lake, subject_id, table, raw_retention_days=raw_retention_days,
+                  backup_expiry_days=backup_expiry_days)
 
 
 def _erase(lake: LakeContext, subject_id: str, table: str, *, raw_retention_days: float = RAW_RETENTION_DAYS,
            backup_expiry_days: float | None = BACKUP_EXPIRY_DAYS) -> ErasureReport:
-    """Steps 1-4 of the module docstring (the writer's upkeep already ran)."""
+    """Steps 1-4 of the module docstring (the writers' upkeep already ran, or this is it)."""
     tdef = lake.table_def(table)
     assert tdef.key is not None
     ledger = lake.erasures
@@ -233,8 +240,8 @@ def _in_flight(entry: ErasureEntry) -> bool:
 
 def complete_pending_erasures(lake: LakeContext) -> int:
     """Complete every erasure recorded in the ledger but never finished (its writer was killed between
-    the ledger entry and the commit, or before the entry became done). Runs in every writer's
-    `before_work`, before the writer's own work; returns how many it completed."""
+    the ledger entry and the commit, or before the entry became done). Runs in every writer's upkeep
+    (maintenance/upkeep.py `before_work`), before the writer's own work; returns how many it completed."""
     completed = 0
     for entry in lake.erasures.entries():
         if entry.done or _in_flight(entry):
