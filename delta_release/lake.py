@@ -170,11 +170,12 @@ class Lake(LakeContext):
         refused (exit 3) naming the table, or the damaged file (register/reader.py `collect_checked`)."""
         from .api_checks import check_table, check_version
 
-        entry = self.catalog.table(check_table(table))
+        table, version = check_table(table), check_version(version)
+        entry = self.catalog.table(table)
         if entry is not None and entry.kind == "registered":
-            return read_registered(self, table, check_version(version), engine="polars")[0]
+            return read_registered(self, table, version, engine="polars")[0]
         try:
-            return self.scan(table, version).collect()
+            return self.gateway.scan(table, version).collect()
         except OSError as exc:  # files gone from storage: VacuumedVersionError (erasure/vacuumlog.py)
             err = missing_files_error(self, table, version, exc)
             if err is exc:
