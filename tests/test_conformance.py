@@ -377,3 +377,15 @@ def test_crash_guard_a_read_whose_engine_failed_ends_with_exit_3_not_a_signal(tm
                           capture_output=True, text=True, check=False, timeout=300)
     error = _refusal(proc)
     assert (error["path"], error["mismatch"], error["table"]) == (dv, "missing", "t"), error
+
+
+def test_a_deletion_vector_descriptor_that_names_no_file_is_a_corrupt_log(tmp_path: Path) -> None:
+    """deltalake replays a 'u' path too short for its UUID; our inventory refuses it (exit 3), never a
+    traceback (it was an uncaught error, exit 1)."""
+    table = _dv_copy("dv-partitioned-with-checkpoint", tmp_path)
+    commit = table / "_delta_log" / f"{15:020d}.json"
+    commit.write_text(commit.read_text().replace('"7NnC4LX-RqU.S:B4VD9n"', '"7NnC4LX"'))
+    with pytest.raises(SafetyError) as info:
+        register_table(Lake.create(tmp_path / "lake"), "t", str(table))
+    assert info.value.exit_code == 3 and info.value.facts["reason"] == "corrupt_log", info.value.message
+    assert "shorter than its 20-character UUID" in info.value.message
