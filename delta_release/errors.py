@@ -19,6 +19,11 @@ class DeltaReleaseError(Exception):
         return {"type": type(self).__name__, "message": self.message, **self.facts}
 
 
+def rust_panic(exc: BaseException) -> bool:
+    """A Rust panic in Polars or delta-rs: pyo3's PanicException, a BaseException (not an Exception)."""
+    return type(exc).__name__ == "PanicException"
+
+
 class InputError(DeltaReleaseError):
     """Bad usage, bad input file or bad argument (exit 2)."""
 

@@ -35,7 +35,7 @@ from .maintenance.vacuum import VacuumReport, vacuum_table
 from .parts import ingest_file
 from .quarantine import QuarantineLedger
 from .raw import RawStore
-from .register import scan_registered
+from .register import read_registered, scan_registered
 from .retention import (
     BACKUP_EXPIRY_DAYS,
     ORPHAN_GRACE_HOURS,
@@ -170,9 +170,16 @@ class Lake(LakeContext):
 
     def read(self, table: str = DEFAULT_TABLE, *, version: int | None = None) -> pl.DataFrame:
         """`scan(table, version=version).collect()`; `version` is keyword-only (`read(3)` is not a version).
-        VacuumedVersionError when the version's files are gone."""
+        VacuumedVersionError when the version's files are gone. A registered table whose engine fails is
+        refused (exit 3) naming the table, or the damaged file (register/reader.py `collect_checked`)."""
+        from .api_checks import check_table, check_version
+
+        table, version = check_table(table), check_version(version)
+        entry = self.catalog.table(table)
+        if entry is not None and entry.kind == "registered":
+            return read_registered(self, table, version, engine="polars")[0]
         try:
-            return self.scan(table, version).collect()
+            return self.gateway.scan(table, version).collect()
         except OSError as exc:  # files gone from storage: VacuumedVersionError (gateway/diagnosis.py)
             err = self.gateway.diagnose(table, version, exc)
             if err is exc:

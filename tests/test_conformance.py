@@ -7,16 +7,24 @@ ships them, else with DuckDB's delta extension and deltalake's scan where those 
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
+import uuid
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from conformance import run_table
 
-from delta_release import Lake
-from delta_release.errors import SafetyError
+from delta_release import Lake, _delta
+from delta_release.errors import GateError, SafetyError
 from delta_release.register import register_table
-from delta_release.register.reader import duckdb_delta_available
+from delta_release.register.log import version_deletion_vectors
+from delta_release.register.reader import duckdb_delta_available, read_registered
+from delta_release.storage import Storage
 
 DATA = Path(__file__).resolve().parent / "data" / "conformance"
 KERNEL = sorted(p.name for p in (DATA / "kernel").iterdir() if p.is_dir())
@@ -173,3 +181,212 @@ def test_register_flags_an_ambiguous_timestamp_partition(tmp_path: Path) -> None
     plain = CliRunner().invoke(cli, ["--lake", str(tmp_path / "lake3"), "--json", "register", "--create", "t",
                                      str(table_path("data-reader-timestamp_ntz"))])  # timestamp_ntz: a wall clock
     assert plain.exit_code == 0 and json.loads(plain.stdout)["ambiguous_timestamp_partition"] == [], plain.output
+
+
+# -- Deletion vectors (issue 37) ---------------------------------------------------------------------------
+# The live deletion-vector files at each table's latest version: kernel's (Spark, classic checkpoint at 10,
+# vectors replaced by JSON commits after it) and delta-rs's (Databricks, checkpoint at 20 whose adds carry a
+# vector without maxRowIndex, next to remove tombstones of the same path with the older vector).
+DV_TABLES = {
+    "dv-partitioned-with-checkpoint": ["deletion_vector_179561f5-946c-40d8-b088-0d890e8c854c.bin",
+                                       "deletion_vector_f34fad76-197a-4fd7-9382-f7773fc8eff9.bin"],
+    "delta-rs/table_with_deletion_logs": ["deletion_vector_a2084964-69d4-4e1e-95f5-9bbd6571d5c3.bin"],
+}
+DV_DAMAGE = ["deleted", "truncated", "garbage"]  # garbage: the same size, other bytes
+DV_MISMATCH = {"deleted": "missing", "truncated": "size_mismatch", "garbage": "damaged"}
+
+
+def _dv_copy(name: str, tmp_path: Path) -> Path:
+    table = tmp_path / "t"
+    shutil.copytree(table_path(name), table)
+    return table
+
+
+def _dv_damage(kind: str, file: Path) -> None:
+    if kind == "deleted":
+        file.unlink()
+    elif kind == "truncated":
+        file.write_bytes(file.read_bytes()[:-1])
+    else:
+        file.write_bytes(bytes(b ^ 0x5A for b in file.read_bytes()))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real command in its own process: a signal would show as a negative return code."""
+    return subprocess.run([sys.executable, "-m", "delta_release", "--json", *args], capture_output=True, text=True,
+                          check=False, timeout=300)
+
+
+def _refusal(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
+    error: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    return error
+
+
+@pytest.mark.parametrize("name", sorted(DV_TABLES))
+def test_inventory_lists_the_live_deletion_vectors_at_every_version(name: str, tmp_path: Path) -> None:
+    """Our replay of the log segment names the same files with a deletion vector as deltalake's own, at
+    every version (before, at and after the checkpoint), and register counts and checks them."""
+    from deltalake import DeltaTable
+
+    table = table_path(name)
+    storage = Storage(str(table), {})
+    latest = _delta.latest_version(str(table), {})
+    assert latest is not None
+    for version in range(latest + 1):
+        theirs = DeltaTable(str(table), version=version).deletion_vectors().read_all()
+        expected = sorted(unquote(p).split(f"{table}/", 1)[1] for p in theirs.column("filepath").to_pylist())
+        assert sorted(version_deletion_vectors(storage, version)) == expected, version
+    reg = register_table(Lake.create(tmp_path / "lake"), "t", str(table))
+    assert reg.inventory.deletion_vectors == len(DV_TABLES[name]) and reg.inventory.ok
+
+
+@pytest.mark.parametrize("kind", DV_DAMAGE)
+@pytest.mark.parametrize("name", sorted(DV_TABLES))
+def test_damaged_deletion_vector_is_refused_at_register(name: str, kind: str, tmp_path: Path) -> None:
+    """CLI (its own process) and API: exit 3 naming the file, and no lake entry."""
+    for n, dv in enumerate(DV_TABLES[name]):
+        table = _dv_copy(name, tmp_path / f"{n}")
+        _dv_damage(kind, table / dv)
+        error = _refusal(_cli("--lake", str(tmp_path / f"{n}" / "cli-lake"), "register", "t", str(table)))
+        assert (error["path"], error["mismatch"]) == (dv, DV_MISMATCH[kind]) and dv in error["message"], error
+        lake = Lake.create(tmp_path / f"{n}" / "api-lake")
+        with pytest.raises(GateError) as info:
+            register_table(lake, "t", str(table))
+        assert info.value.exit_code == 3 and info.value.facts["path"] == dv
+        assert lake.catalog.table("t") is None
+
+
+@pytest.mark.parametrize("kind", DV_DAMAGE)
+@pytest.mark.parametrize("name", sorted(DV_TABLES))
+def test_deletion_vector_damaged_after_registration_fails_every_read(name: str, kind: str, tmp_path: Path) -> None:
+    """Registered while whole, damaged afterwards: every read, CLI (own process) and API, both engines,
+    is refused with exit 3 naming the file; none exits 1 or dies by a signal."""
+    dv = DV_TABLES[name][-1]
+    table = _dv_copy(name, tmp_path)
+    lake = Lake.create(tmp_path / "lake")
+    register_table(lake, "t", str(table))
+    _dv_damage(kind, table / dv)
+    for engine in ("polars", "duckdb"):
+        error = _refusal(_cli("--lake", str(tmp_path / "lake"), "read", "--table", "t", "--engine", engine))
+        assert (error["path"], error["table"]) == (dv, "t") and dv in error["message"], (engine, error)
+        with pytest.raises(GateError) as info:
+            read_registered(lake, "t", None, engine=engine)
+        assert info.value.exit_code == 3 and info.value.facts["path"] == dv, engine
+    with pytest.raises(GateError) as info:
+        lake.read("t")
+    assert info.value.facts["path"] == dv
+    if kind != "garbage":  # scan checks presence and sizes and stays lazy: same-size garbage shows at collect
+        with pytest.raises(GateError):
+            lake.scan("t")
+
+
+def test_deletion_vectors_from_multi_part_and_v2_checkpoints_and_without_optional_fields(tmp_path: Path) -> None:
+    """The same live vector whichever checkpoint holds the adds: the classic one split into two parts, or a
+    v2 checkpoint whose adds are in a sidecar; a descriptor without `offset` (read as 1, after the version
+    byte, as Delta Kernel does) still needs the whole vector, so a file one byte short is refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = "delta-rs/table_with_deletion_logs"
+    dv = DV_TABLES[name][0]
+    wanted = {"part-00000-cb251d5e-b665-437a-a9a7-fbfc5137c77d.c000.snappy.parquet": [dv]}
+
+    log = "_delta_log"
+    single = f"{log}/{20:020d}.checkpoint.parquet"
+    multi = _dv_copy(name, tmp_path / "multi")
+    rows = pq.read_table(multi / single)
+    (multi / single).unlink()
+    half = rows.num_rows // 2
+    for part, piece in enumerate((rows.slice(0, half), rows.slice(half)), start=1):
+        pq.write_table(piece, multi / f"{log}/{20:020d}.checkpoint.{part:010d}.{2:010d}.parquet")
+    assert live_at(multi, 20) == wanted
+
+    v2 = _dv_copy(name, tmp_path / "v2")
+    rows = pq.read_table(v2 / single)
+    (v2 / single).unlink()
+    files = pa.compute.or_(rows.column("add").is_valid(), rows.column("remove").is_valid())
+    (v2 / log / "_sidecars").mkdir()
+    pq.write_table(rows.filter(files).select(["add", "remove"]), v2 / log / "_sidecars" / "s1.parquet")
+    top = rows.filter(pa.compute.invert(files)).drop_columns(["add", "remove"])
+    sidecar = pa.array([None] * top.num_rows + [{"path": "s1.parquet", "sizeInBytes": 1, "modificationTime": 0}])
+    top = pa.concat_tables([top, pa.table({c: pa.nulls(1, top.schema.field(c).type) for c in top.column_names})])
+    pq.write_table(top.append_column("sidecar", sidecar), v2 / f"{log}/{20:020d}.checkpoint.{uuid.uuid4()}.parquet")
+    assert live_at(v2, 20) == wanted
+
+    bare = _dv_copy("dv-partitioned-with-checkpoint", tmp_path / "bare")
+    commit = bare / f"{log}/{15:020d}.json"
+    commit.write_text(commit.read_text().replace('"offset":1,', ""))
+    vector = bare / DV_TABLES["dv-partitioned-with-checkpoint"][0]
+    assert '"offset"' not in commit.read_text() and vector.name in str(live_at(bare, 15))
+    vector.write_bytes(vector.read_bytes()[:-1])
+    with pytest.raises(GateError) as info:
+        register_table(Lake.create(tmp_path / "lake"), "t", str(bare))
+    assert (info.value.facts["path"], info.value.facts["mismatch"]) == (vector.name, "size_mismatch")
+
+
+def live_at(table: Path, version: int) -> dict[str, list[str]]:
+    return {k: [v.path for v in refs] for k, refs in version_deletion_vectors(Storage(str(table), {}), version).items()}
+
+
+def test_a_failing_engine_is_a_refusal_naming_the_table(tmp_path: Path) -> None:
+    """An engine error on files that are as the log says: exit 3 (engine_failed) naming the table."""
+    import polars as pl
+
+    from delta_release.register.problems import LogProblemError
+    from delta_release.register.reader import collect_checked
+
+    def boom(frame: pl.DataFrame) -> pl.DataFrame:
+        raise RuntimeError("engine worker lost")
+
+    table = table_path("delta-rs/table_with_deletion_logs")
+    failing = pl.LazyFrame({"x": [1]}).map_batches(boom)
+    with pytest.raises(LogProblemError) as info:
+        collect_checked(Storage(str(table), {}), "t", 20, failing, "polars")
+    assert info.value.exit_code == 3 and info.value.reason == "engine_failed" and info.value.facts["table"] == "t"
+    assert "engine worker lost" in info.value.message
+
+
+CRASH_GUARD = """
+import atexit, os, signal, sys
+import delta_release.register.reader as reader
+table, lake, dv = sys.argv[1:4]
+check = reader.check_inventory
+def racing(storage, version, **kw):  # the file vanishes between the check and the engine's read
+    report = check(storage, version, **kw)
+    if not kw.get("verify_vectors") and os.path.exists(dv):
+        os.remove(dv)
+    return report
+reader.check_inventory = racing
+# the engine's worker threads crashing the interpreter's shutdown (observed: SIGSEGV/SIGBUS, 1 exit in 3)
+atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))
+from delta_release.cli.main import main
+sys.argv = ["delta-release", "--json", "--lake", lake, "read", "--table", "t"]
+main()
+"""
+
+
+def test_crash_guard_a_read_whose_engine_failed_ends_with_exit_3_not_a_signal(tmp_path: Path) -> None:
+    """The deletion vector disappears after the pre-engine check (a race): Polars' read fails; the CLI
+    names the file (exit 3) and ends the process without the interpreter's shutdown, where the engine's
+    leftover threads crashed it."""
+    name = "dv-partitioned-with-checkpoint"
+    dv = DV_TABLES[name][-1]
+    table = _dv_copy(name, tmp_path)
+    register_table(Lake.create(tmp_path / "lake"), "t", str(table))
+    proc = subprocess.run([sys.executable, "-c", CRASH_GUARD, str(table), str(tmp_path / "lake"), str(table / dv)],
+                          capture_output=True, text=True, check=False, timeout=300)
+    error = _refusal(proc)
+    assert (error["path"], error["mismatch"], error["table"]) == (dv, "missing", "t"), error
+
+
+def test_a_deletion_vector_descriptor_that_names_no_file_is_a_corrupt_log(tmp_path: Path) -> None:
+    """deltalake replays a 'u' path too short for its UUID; our inventory refuses it (exit 3), never a
+    traceback (it was an uncaught error, exit 1)."""
+    table = _dv_copy("dv-partitioned-with-checkpoint", tmp_path)
+    commit = table / "_delta_log" / f"{15:020d}.json"
+    commit.write_text(commit.read_text().replace('"7NnC4LX-RqU.S:B4VD9n"', '"7NnC4LX"'))
+    with pytest.raises(SafetyError) as info:
+        register_table(Lake.create(tmp_path / "lake"), "t", str(table))
+    assert info.value.exit_code == 3 and info.value.facts["reason"] == "corrupt_log", info.value.message
+    assert "shorter than its 20-character UUID" in info.value.message

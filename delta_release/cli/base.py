@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..errors import DeltaReleaseError, InputError
+from ..errors import DeltaReleaseError, InputError, rust_panic
 
 
 @dataclass(slots=True)
@@ -62,11 +62,6 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             internal_error(opts, exc)
 
     return wrapper
-
-
-def rust_panic(exc: BaseException) -> bool:
-    """A Rust panic in Polars or delta-rs: pyo3's PanicException, a BaseException (not an Exception)."""
-    return type(exc).__name__ == "PanicException"
 
 
 def internal_error(opts: Options, exc: BaseException) -> None:

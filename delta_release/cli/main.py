@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from .. import __version__
@@ -38,4 +41,26 @@ for command in (init, ingest, replay, read, history, audit, drill, register, gat
 
 
 def main() -> None:
-    cli(prog_name="delta-release")
+    try:
+        cli(prog_name="delta-release")
+    except SystemExit as done:
+        _end_after_engine_failure(done)
+        raise
+
+
+def _end_after_engine_failure(done: SystemExit) -> None:
+    """The crash guard of a registered table's read, in this one process: when an engine raised during the
+    command (its answer, or the refusal naming the table, is already written), end the process now with the
+    command's exit code, without the interpreter's shutdown. An engine's worker threads can outlive its
+    failed read, and tearing the interpreter down under them killed the process by SIGSEGV or SIGBUS after
+    it had printed the refusal (docs/architecture.md, "A registered table's engine")."""
+    reader = sys.modules.get("delta_release.register.reader")
+    if reader is None or not reader.engine_failed():
+        return
+    code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

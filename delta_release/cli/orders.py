@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..errors import InputError
-from .base import CREATE_HELP, Options, command_options, emit, open_lake, rust_panic
+from ..errors import InputError, rust_panic
+from .base import CREATE_HELP, Options, command_options, emit, open_lake
 
 
 def _batch_text(r: dict[str, Any]) -> str:

@@ -15,7 +15,8 @@ from .base import CREATE_HELP, Options, command_options, emit, lake_options, ope
 def register(opts: Options, name: str, uri: str, create: bool) -> None:
     """Catalog the Delta table at URI as NAME once every file its latest version references is present.
 
-    Exit 3 when a referenced file is missing or has the wrong size. Files under the table root that no
+    Exit 3 when a referenced file (data file or deletion vector) is missing, has the wrong size, or is a
+    deletion vector whose bytes contradict the log. Files under the table root that no
     version references are reported, not refused. Read it with `read --table NAME [--version N]`.
     """
     from ..lakeroot import holds_lake

@@ -1,21 +1,29 @@
 """The inventory gate for a Delta table written by others.
 
 At a version: every data file the log references exists with the size the log records, and every
-deletion-vector file it needs exists and is long enough. Under the table root: files that no retained
-log entry references are reported (they do not fail the gate; a writer may have left them, or vacuum
-may not have run). Hidden and underscore paths (`_delta_log/`, `.crc` side files) are not data.
+deletion-vector file its live adds reference (from JSON commits, a classic or multi-part checkpoint, or a
+v2 checkpoint's sidecars: `log.version_deletion_vectors`) exists and holds every vector the log places
+in it (`offset` + 4-byte length + `sizeInBytes` + 4-byte checksum). With `verify_vectors` (register, and
+a read whose engine failed) each vector's bytes are read too: the file's version byte, the length the
+file records against `sizeInBytes`, and the CRC-32 of the vector (PROTOCOL.md, Deletion Vector Format).
+Under the table root: files that no retained log entry references are reported (they do not fail the
+gate; a writer may have left them, or vacuum may not have run). Hidden and underscore paths
+(`_delta_log/`, `.crc` side files) are not data.
 """
 
 from __future__ import annotations
 
 import hashlib
+import struct
+import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _delta
 from ..errors import GateError
 from ..storage import Storage
-from .log import LogParseError, read_log, version_deletion_vectors
+from .log import DeletionVectorRef, LogParseError, read_log, version_deletion_vectors
 from .paths import is_absolute, table_relative
 from .problems import LogProblemError, log_guard
 
@@ -30,32 +38,35 @@ class InventoryReport:
     missing: list[str] = field(default_factory=list)
     size_mismatch: list[str] = field(default_factory=list)
     external: list[str] = field(default_factory=list)  # absolute references outside the table root
+    damaged: list[str] = field(default_factory=list)  # deletion-vector files whose bytes the log contradicts
     unreferenced: list[str] = field(default_factory=list)
     unreadable_log: list[str] = field(default_factory=list)  # superseded log files that do not parse
     digest: str = ""
 
     @property
     def ok(self) -> bool:
-        return not (self.missing or self.size_mismatch or self.external)
+        return not (self.missing or self.size_mismatch or self.external or self.damaged)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "location": self.location, "version": self.version, "files": self.files,
                 "bytes": self.bytes, "deletion_vectors": self.deletion_vectors, "missing": self.missing,
-                "size_mismatch": self.size_mismatch, "external": self.external,
+                "size_mismatch": self.size_mismatch, "external": self.external, "damaged": self.damaged,
                 "unreferenced": self.unreferenced, "unreadable_log": self.unreadable_log, "digest": self.digest}
 
     def raise_for_failure(self, table: str) -> None:
         if self.ok:
             return
         problems = [(p, "missing") for p in self.missing] + [(p, "size_mismatch") for p in self.size_mismatch]
-        problems += [(p, "external") for p in self.external]
+        problems += [(p, "external") for p in self.external] + [(p, "damaged") for p in self.damaged]
         path, code = problems[0]
+        damaged = f", {len(self.damaged)} damaged" if self.damaged else ""
         raise GateError(
             f"inventory gate failed for {table} at version {self.version}: {len(self.missing)} missing, "
-            f"{len(self.size_mismatch)} with a wrong size, {len(self.external)} outside the table root"
+            f"{len(self.size_mismatch)} with a wrong size, {len(self.external)} outside the table root{damaged}"
             f" (first: {path}: {code})",
             path=path, mismatch=code, table=table, version=self.version, missing=self.missing,
-            size_mismatch=self.size_mismatch, external=self.external, unreferenced=self.unreferenced)
+            size_mismatch=self.size_mismatch, external=self.external, damaged=self.damaged,
+            unreferenced=self.unreferenced)
 
 
 def _is_data_path(rel: str) -> bool:
@@ -67,12 +78,12 @@ def _relative(storage: Storage, path: str) -> str | None:
     return table_relative(path, storage.root)
 
 
-def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True,
-                    table: str | None = None) -> InventoryReport:
+def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True, table: str | None = None,
+                    verify_vectors: bool = False) -> InventoryReport:
     """Compare what `version` of the table at `storage` references with what is on storage.
 
     The live files come from deltalake's log replay; a log it cannot replay is refused (LogProblemError,
-    exit 3) with the reason.
+    exit 3) with the reason. `verify_vectors`: read each deletion vector's bytes too (`vector_damage`).
     """
     name = table or storage.root
     with log_guard(name, version):
@@ -88,6 +99,7 @@ def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True
     total = 0
     dv_count = 0
     digest = hashlib.sha256()
+    needed: dict[str, list[DeletionVectorRef]] = {}  # deletion-vector file -> the vectors placed in it
     for entry in entries:
         rel = _relative(storage, entry.path)
         if rel is None:
@@ -100,20 +112,23 @@ def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True
             missing.append(rel)
         elif found != entry.size:
             wrong.append(rel)
-        dv = vectors.get(rel)
-        if dv is None:
-            continue
-        dv_count += 1
-        dv_rel = _relative(storage, dv.path) if is_absolute(dv.path) else dv.path
-        if dv_rel is None:
-            external.append(dv.path)
-            continue
-        digest.update(f"{dv_rel}\t{dv.offset}\t{dv.size}\n".encode())
+        for dv in vectors.get(rel, []):
+            dv_count += 1
+            dv_rel = _relative(storage, dv.path) if is_absolute(dv.path) else dv.path
+            if dv_rel is None:
+                external.append(dv.path)
+                continue
+            digest.update(f"{dv_rel}\t{dv.offset}\t{dv.size}\n".encode())
+            needed.setdefault(dv_rel, []).append(dv)
+    for dv_rel, refs in sorted(needed.items()):
         dv_size = listing.get(dv_rel)
         if dv_size is None:
             missing.append(dv_rel)
-        elif dv_size < dv.needed_bytes:
+        elif dv_size < max(dv.needed_bytes for dv in refs):
             wrong.append(dv_rel)
+    damaged = [] if not verify_vectors else [
+        p for p, refs in sorted(needed.items()) if p not in missing and p not in wrong
+        and vector_damage(storage, p, refs) is not None]
     stray: list[str] = []
     unreadable: list[str] = []
     if unreferenced:
@@ -122,5 +137,36 @@ def check_inventory(storage: Storage, version: int, *, unreferenced: bool = True
         stray = sorted(p for p in listing if _is_data_path(p) and p not in log.referenced)
     return InventoryReport(location=storage.root, version=version, files=len(entries), bytes=total,
                            deletion_vectors=dv_count, missing=sorted(set(missing)),
-                           size_mismatch=sorted(set(wrong)), external=sorted(set(external)),
+                           size_mismatch=sorted(set(wrong)), external=sorted(set(external)), damaged=damaged,
                            unreferenced=stray, unreadable_log=unreadable, digest=digest.hexdigest())
+
+
+_PORTABLE_MAGIC = 1681511377  # RoaringBitmapArray, portable serialization (little endian)
+
+
+def vector_damage(storage: Storage, rel: str, refs: Iterable[DeletionVectorRef]) -> str | None:
+    """What is wrong with the deletion-vector file `rel` for the vectors `refs` the log places in it (None:
+    nothing). PROTOCOL.md, Deletion Vector Format: a version byte (1), then at each vector's `offset` its
+    length (4 bytes, big endian; must equal `sizeInBytes`), the serialized bitmap (starting with the
+    portable RoaringBitmapArray magic, little endian) and the CRC-32 of those `sizeInBytes` bytes (big
+    endian)."""
+    try:
+        data = storage.read_bytes(rel)
+    except OSError as exc:
+        return f"unreadable: {type(exc).__name__}"
+    if not data or data[0] != 1:
+        return f"version byte {data[:1].hex() or 'missing'}, expected 01"
+    for dv in refs:
+        start, end = dv.offset, dv.offset + 4 + dv.size + 4
+        if len(data) < end:
+            return f"{len(data)} bytes, the vector at {dv.offset} needs {end}"
+        length, = struct.unpack(">I", data[start:start + 4])
+        body = data[start + 4:start + 4 + dv.size]
+        checksum, = struct.unpack(">I", data[end - 4:end])
+        if length != dv.size:
+            return f"the vector at {dv.offset} records {length} bytes, the log {dv.size}"
+        if dv.size < 4 or struct.unpack("<I", body[:4])[0] != _PORTABLE_MAGIC:
+            return f"the vector at {dv.offset} is no RoaringBitmapArray"
+        if zlib.crc32(body) != checksum:
+            return f"the vector at {dv.offset} fails its checksum"
+    return None

@@ -9,8 +9,12 @@ own log replay, in `_delta`):
   the table's state (deltalake does not read it either); a file that does decide it fails deltalake's
   replay, which refuses the table with the reason.
 - `version_deletion_vectors`: the deletion vector each live file carries at one version, from the same
-  log segment a reader replays (the newest complete checkpoint at or before it, its sidecars, and the
-  commits after it), so superseded commits are never read.
+  log segment a reader replays (the newest complete checkpoint at or before it, single or multi-part,
+  or a v2 checkpoint and its sidecars, and the commits after it), so superseded commits are never read.
+  A logical file is keyed by its path and its deletion vector's unique id, as the protocol says: a
+  checkpoint holds `remove` tombstones of the same path with an older vector, and a commit that
+  replaces a vector adds the new one and removes the old (in either order); keyed by path alone, either
+  erased the live vector (the regression of issue 37).
 
 Checkpoints are read from a native pyarrow file without threads. `pq.read_table(io.BytesIO(...))` reads
 the Python object from pyarrow's I/O thread pool, and a pool thread still holding it at interpreter exit
@@ -70,20 +74,46 @@ def z85_decode(text: str) -> bytes:
 
 
 def deletion_vector_ref(dv: dict[str, Any] | None) -> DeletionVectorRef | None:
-    """The file a deletion-vector descriptor points at (None for inline vectors or no vector)."""
+    """The file a deletion-vector descriptor points at (None for inline vectors or no vector).
+
+    PROTOCOL.md, Deletion Vector Descriptor: `storageType` 'u' (a file in the table root named from a
+    z85-encoded UUID after an optional random prefix, which is a folder), 'p' (an absolute path, as the
+    `path` field) or 'i' (inline in the log: no file); `offset` is optional (Delta Kernel reads a
+    missing one as 1, just past the file's version byte), `sizeInBytes` required, `cardinality` and
+    `maxRowIndex` are not needed here. ValueError for a descriptor that names no file it could be.
+    """
     if not dv or not dv.get("storageType"):
         return None
-    kind, where = dv["storageType"], str(dv["pathOrInlineDv"])
-    offset, size = int(dv.get("offset") or 0), int(dv["sizeInBytes"])
+    kind, where = dv["storageType"], dv.get("pathOrInlineDv")
     if kind == "i":
         return None
+    if kind not in ("u", "p"):
+        raise ValueError(f"unknown deletion vector storage type {kind!r}")
+    if not isinstance(where, str) or dv.get("sizeInBytes") is None:
+        raise ValueError(f"deletion vector descriptor without pathOrInlineDv or sizeInBytes: {dv}")
+    offset = 1 if dv.get("offset") is None else int(dv["offset"])
+    size = int(dv["sizeInBytes"])
+    if offset < 0 or size < 0:
+        raise ValueError(f"deletion vector descriptor with a negative offset or size: {dv}")
     if kind == "p":
         return DeletionVectorRef(path=where, offset=offset, size=size)
-    if kind == "u":
-        prefix, encoded = where[:-20], where[-20:]
+    if len(where) < 20:
+        raise ValueError(f"deletion vector path {where!r} is shorter than its 20-character UUID")
+    prefix, encoded = where[:-20], where[-20:]
+    try:
         name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin"
-        return DeletionVectorRef(path=f"{prefix}/{name}" if prefix else name, offset=offset, size=size)
-    raise ValueError(f"unknown deletion vector storage type {kind!r}")
+    except KeyError as exc:
+        raise ValueError(f"deletion vector path {where!r} does not end in a z85-encoded UUID") from exc
+    return DeletionVectorRef(path=f"{prefix}/{name}" if prefix else name, offset=offset, size=size)
+
+
+def deletion_vector_id(dv: dict[str, Any] | None) -> str:
+    """The descriptor's unique id (PROTOCOL.md: storageType, pathOrInlineDv and `@offset` when present);
+    with the path, the key of a logical file. "" for a file without a deletion vector."""
+    if not dv or not dv.get("storageType"):
+        return ""
+    offset = dv.get("offset")
+    return f"{dv['storageType']}{dv.get('pathOrInlineDv')}" + ("" if offset is None else f"@{int(offset)}")
 
 
 class LogParseError(ValueError):
@@ -182,7 +212,10 @@ def read_log(storage: Storage, *, upto: int | None = None) -> LogInventory:
             continue
         for _, body in _file_actions(actions):
             inventory.referenced.add(_reference(storage, str(body["path"])))
-            dv = deletion_vector_ref(body.get("deletionVector"))
+            try:
+                dv = deletion_vector_ref(body.get("deletionVector"))
+            except (ValueError, TypeError):
+                continue  # names no file; at a version the inventory refuses it (version_deletion_vectors)
             if dv is not None:
                 inventory.referenced.add(_reference(storage, dv.path) if is_absolute(dv.path) else dv.path)
     inventory.versions.sort()
@@ -208,10 +241,11 @@ def _checkpoint_parts(names: list[str], version: int) -> list[list[str]]:
     return sorted(single, key=lambda f: "checkpoint." not in f[0]) + complete
 
 
-def version_deletion_vectors(storage: Storage, version: int) -> dict[str, DeletionVectorRef]:
-    """Live data file (as `_reference` keys it) -> its deletion vector, at `version`, from the log segment.
+def version_deletion_vectors(storage: Storage, version: int) -> dict[str, list[DeletionVectorRef]]:
+    """Live data file (as `_reference` keys it) -> the deletion vectors its live adds carry, at `version`,
+    from the log segment (one per file in a valid log).
 
-    Raises LogParseError when a file of that segment cannot be parsed.
+    Raises LogParseError when a file of that segment cannot be parsed or a descriptor names no file.
     """
     names = sorted(n for n in (o.path[len(LOG_DIR) + 1:] for o in storage.list(LOG_DIR)) if "/" not in n)
     found = (_CHECKPOINT.match(n) for n in names)
@@ -230,15 +264,22 @@ def version_deletion_vectors(storage: Storage, version: int) -> dict[str, Deleti
         break
     segment += [_actions(storage, f"{LOG_DIR}/{v:020d}.json") for v in range(start, version + 1)
                 if f"{v:020d}.json" in names]
-    live: dict[str, DeletionVectorRef] = {}
-    for actions in segment:
+    live: dict[tuple[str, str], DeletionVectorRef | None] = {}
+    for actions in segment:  # checkpoint rows first, then commits oldest first
         for kind, body in _file_actions(actions):
             if kind == "cdc":
                 continue
-            key = _reference(storage, str(body["path"]))
-            dv = deletion_vector_ref(body.get("deletionVector")) if kind == "add" else None
-            if dv is None:
+            descriptor = body.get("deletionVector")
+            key = (_reference(storage, str(body["path"])), deletion_vector_id(descriptor))
+            if kind == "remove":
                 live.pop(key, None)
-            else:
-                live[key] = dv
-    return live
+                continue
+            try:
+                live[key] = deletion_vector_ref(descriptor)
+            except (ValueError, TypeError) as exc:
+                raise LogParseError(str(body["path"]), f"deletion vector: {exc}") from exc
+    out: dict[str, list[DeletionVectorRef]] = {}
+    for (path, _), dv in live.items():
+        if dv is not None:
+            out.setdefault(path, []).append(dv)
+    return out

@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import _delta
-from ..errors import InputError, SafetyError
+from ..errors import InputError, SafetyError, rust_panic
 from ..storage import Storage
 from .inventory import check_inventory
 from .paths import table_relative
-from .problems import classify, log_guard
+from .problems import LogProblemError, classify, log_guard
 
 if TYPE_CHECKING:
     from ..context import LakeContext
@@ -219,9 +219,44 @@ def _read(engine: str, storage: Storage, uri: str, options: dict[str, str], vers
     return read_deltalake(uri, options, version)
 
 
+_FAILED_ENGINES: list[str] = []  # engines that raised in this process (see `engine_failed`)
+
+
+def engine_failed() -> bool:
+    """Whether an engine's read raised in this process. Its worker threads may then outlive the read and
+    crash the interpreter's shutdown (Polars' delta scan after a deletion-vector error: SIGSEGV or SIGBUS
+    in about one exit of three), so the CLI ends such a process without that shutdown (cli/main.py)."""
+    return bool(_FAILED_ENGINES)
+
+
+def _engine_error(storage: Storage, table: str, version: int, engine: str, exc: BaseException) -> None:
+    """After `engine` raised `exc` reading a version whose inventory passed: name a damaged file if there is
+    one (the files may have changed since the check, or a deletion vector may hold other bytes of the same
+    size: GateError, exit 3). Returns when the files are as the log says."""
+    _FAILED_ENGINES.append(engine)
+    check_inventory(storage, version, unreferenced=False, table=table, verify_vectors=True).raise_for_failure(table)
+
+
+def collect_checked(storage: Storage, table: str, version: int, frame: pl.LazyFrame, engine: str) -> pl.DataFrame:
+    """`frame.collect()` for a registered table: an engine that fails is a refusal naming the table (or the
+    damaged file), exit 3, never an internal error."""
+    try:
+        return frame.collect()
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and not rust_panic(exc):
+            raise  # KeyboardInterrupt, SystemExit
+        with log_guard(table, version):
+            _engine_error(storage, table, version, engine, exc)
+        raise LogProblemError(table, version, "engine_failed",
+                              f"{engine}: {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
 def read_checked(storage: Storage, table: str, version: int, *, prefer: str = "polars",
                  options: dict[str, str] | None = None) -> tuple[pl.LazyFrame, str]:
-    """The rows of `version` from the first engine that reads them correctly, and that engine's name."""
+    """The rows of `version` from the first engine that reads them correctly, and that engine's name.
+
+    Every file the version needs (data files and deletion vectors) is checked before any engine touches
+    the table; Polars' answer is lazy (`collect_checked` collects it under the same refusals)."""
     uri, options = storage.root, dict(options or storage.storage_options)
     with log_guard(table, version):
         check_inventory(storage, version, unreferenced=False, table=table).raise_for_failure(table)
@@ -233,6 +268,7 @@ def read_checked(storage: Storage, table: str, version: int, *, prefer: str = "p
             try:
                 frame = _read(engine, storage, uri, options, version)
             except Exception as exc:  # noqa: BLE001 - an engine that fails is not used; the reason is kept
+                _engine_error(storage, table, version, engine, exc)
                 if _delta.is_delta_error(exc):
                     reason = classify(str(exc))
                     if reason is not None and not reason.startswith("unsupported_feature"):
@@ -273,5 +309,6 @@ def read_registered(lake: LakeContext, table: str, version: int | None, *, engin
     DuckDB's delta extension only, after the same checks, and is refused where DuckDB would be wrong.
     """
     uri, version = lake.gateway.resolve(table, version)
-    frame, used = read_checked(Storage(uri, lake.options), table, version, prefer=engine, options=lake.options)
-    return frame.collect(), used
+    storage = Storage(uri, lake.options)
+    frame, used = read_checked(storage, table, version, prefer=engine, options=lake.options)
+    return collect_checked(storage, table, version, frame, used), used

@@ -54,7 +54,7 @@ def check_source(name: str, uri: str, options: dict[str, str]) -> None:
         version = _delta.latest_version(storage.root, options)
     if version is None:
         raise NotFoundError(f"no Delta table at {storage.root}", uri=storage.root)
-    check_inventory(storage, version, table=name).raise_for_failure(name)
+    check_inventory(storage, version, table=name, verify_vectors=True).raise_for_failure(name)
 
 
 def _check_name(name: str) -> None:
@@ -81,7 +81,7 @@ def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
         version = _delta.latest_version(storage.root, lake.options)
     if version is None:
         raise NotFoundError(f"no Delta table at {storage.root}", uri=storage.root)
-    report = check_inventory(storage, version, table=name)
+    report = check_inventory(storage, version, table=name, verify_vectors=True)
     report.raise_for_failure(name)
     reader = reader_for(storage, version, name)
     ambiguous = ambiguous_timestamp_partitions(storage, version)
