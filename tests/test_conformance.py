@@ -248,7 +248,7 @@ def test_damaged_deletion_vector_is_refused_at_register(name: str, kind: str, tm
     for n, dv in enumerate(DV_TABLES[name]):
         table = _dv_copy(name, tmp_path / f"{n}")
         _dv_damage(kind, table / dv)
-        error = _refusal(_cli("--lake", str(tmp_path / f"{n}" / "cli-lake"), "register", "t", str(table)))
+        error = _refusal(_cli("--lake", str(tmp_path / f"{n}" / "cli-lake"), "register", "--create", "t", str(table)))
         assert (error["path"], error["mismatch"]) == (dv, DV_MISMATCH[kind]) and dv in error["message"], error
         lake = Lake.create(tmp_path / f"{n}" / "api-lake")
         with pytest.raises(GateError) as info:
