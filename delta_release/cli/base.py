@@ -99,20 +99,18 @@ def emit(opts: Options, payload: dict[str, Any], text: str, *, exit_code: int = 
         sys.exit(exit_code)
 
 
-S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-          "AWS_ALLOW_HTTP")
-
-
 def lake_options(opts: Options) -> dict[str, str]:
-    """The storage options of the --lake URI: for s3://, the standard AWS_* environment variables."""
-    import os
+    """The storage options of the --lake URI: for s3://, the AWS_* environment variables and the AWS
+    profile, resolved as every entry point resolves them (delta_release/s3config.py)."""
+    from .. import s3config
 
-    return {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
+    return s3config.resolve(opts.lake)
 
 
 def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     """Open the lake named by --lake. For an s3:// lake the storage options come from the standard AWS_*
-    environment variables (never from the command line, so secrets stay out of shell history).
+    environment variables or the AWS profile (never from the command line, so secrets stay out of shell
+    history).
 
     Only writers pass `create=True` (ingest, publish, register); they say on stderr when they created
     the lake, so a typo in --lake is visible. Every other command refuses a URI that holds no lake."""
