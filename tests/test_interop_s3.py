@@ -49,6 +49,28 @@ def test_sail_reads_the_published_version_from_s3(s3server: S3Server, tmp_path: 
     assert_same_rows(pl.DataFrame(pl.from_arrow(runs["sail"].table("sql"))), lake.read("orders"))
 
 
+def test_sail_reads_the_published_version_from_the_lake_uri_alone(s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader with nothing but the lake URI and the standard AWS_* variables: `Lake.open` (no storage
+    options, no catalog argument: the lake's own catalog) resolves the published version and location,
+    and Sail reads that version with the same variables in its environment."""
+    for key, value in s3server.options.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DELTA_RELEASE_CATALOG", raising=False)
+    uri = f"s3://{s3server.new_bucket()}/lake"
+    writer = dr.Lake.create(uri)
+    writer.ingest(jsonl([up(f"ord-{i}", i, 100 + i, day=40 + i % 3) for i in range(6)]))
+    writer.ingest(jsonl([rm("ord-2", 20)]))
+    location, version = dr.Lake.open(uri).gateway.resolve("orders", None)
+    assert location == f"{uri}/orders" and version == 2
+    jobs = [{"id": "sql", "uri": location, "version": version, "sql": CURRENT_SQL["orders"]}]
+    run = run_engine("sail", jobs, tmp_path / "engines", env=s3server.options)
+    if not run.installed:
+        pytest.skip(f"sail is not installed: {run.error}")
+    assert not run.error, run.error
+    assert_same_rows(pl.DataFrame(pl.from_arrow(run.table("sql"))), writer.read("orders"))
+
+
 def test_register_a_third_party_table_on_s3(s3server: S3Server, tmp_path: Path) -> None:  # noqa: F811
     bucket = s3server.new_bucket()
     client = s3server.client()
