@@ -216,6 +216,18 @@ def redact(text: str, options: Mapping[str, str]) -> str:
     return text
 
 
+_REMOTE = re.compile(r"s3|aws|bucket|object.?store|https?://", re.I)
+_CLIENT_ERRORS = ("DeltaError", "CommitFailedError", "DeltaProtocolError", "IOException", "HTTPException",
+                  "GenericError", "PermissionDeniedError", "UnauthenticatedError", "ComputeError")
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """An object-store client's error (pyarrow's OSError without an errno, deltalake, obstore, DuckDB,
+    Polars) whose message says the store refused or did not answer: a setting to check, not a bug."""
+    client = (isinstance(exc, OSError) and exc.errno is None) or type(exc).__name__ in _CLIENT_ERRORS
+    return client and hint(str(exc)) is not None and _REMOTE.search(str(exc)) is not None
+
+
 def storage_error(what: str, exc: BaseException, options: Mapping[str, str], **facts: Any) -> InputError:
     """A storage failure as one line (exit 2): what failed, the first line of the cause, the setting to
     check (`setting` fact too). Secrets are cut from the cause."""

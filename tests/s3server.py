@@ -107,17 +107,29 @@ def s3server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-_ALLOW_ALL = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'
+_ALLOW_ALL = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+READ_ONLY = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],'
+             ' "Resource": "*"}]}')
 
 
 @pytest.fixture(scope="module")
 def s3server_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A moto server that checks credentials as S3 does (after its first 3 requests, which create the one
-    IAM user whose key it accepts): a wrong key id gets InvalidAccessKeyId, a wrong secret
-    SignatureDoesNotMatch. The returned server's `options` and `client()` carry the good key."""
+    IAM user whose key it accepts, allowed everything): a wrong key id gets InvalidAccessKeyId, a wrong
+    secret SignatureDoesNotMatch. The returned server's `options` and `client()` carry that key;
+    `with_user(policy)` makes another."""
     with _running(tmp_path_factory.mktemp("moto-auth"), {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}) as server:
         iam = server.client("iam")
         iam.create_user(UserName="lake")
         key = iam.create_access_key(UserName="lake")["AccessKey"]
         iam.put_user_policy(UserName="lake", PolicyName="s3", PolicyDocument=_ALLOW_ALL)
         yield replace(server, key_id=key["AccessKeyId"], secret=key["SecretAccessKey"])
+
+
+def with_user(server: S3Server, name: str, policy: str) -> S3Server:
+    """`server` seen with the key of a new IAM user allowed `policy` (an `s3server_auth` server)."""
+    iam = server.client("iam")
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="policy", PolicyDocument=policy)
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return replace(server, key_id=key["AccessKeyId"], secret=key["SecretAccessKey"])

@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 import yaml
 from conftest import ORDERS, ROOT
-from s3server import S3Server, s3server, s3server_auth  # noqa: F401 - the fixtures
+from s3server import READ_ONLY, S3Server, s3server, s3server_auth, with_user  # noqa: F401 - the fixtures
 
 import delta_release as dr
 from delta_release import s3config
@@ -199,6 +199,23 @@ def test_a_wrong_credential_is_one_line_exit_2_and_writes_nothing(s3server_auth:
     with pytest.raises(InputError, match="AWS_ACCESS_KEY_ID"):
         dr.Lake.open(uri, storage_options=env_options(env))
     assert _objects(server, bucket) == {} and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration
+def test_a_read_only_key_reads_and_a_write_is_refused_naming_the_keys(s3server_auth: S3Server,  # noqa: F811
+                                                                      tmp_path: Path) -> None:
+    server, bucket = s3server_auth, s3server_auth.new_bucket()
+    uri = f"s3://{bucket}/lake"
+    assert _cli(_env(**server.options), "--lake", uri, "ingest", str(ORDERS / "v2.jsonl")).returncode == 0
+    before = _objects(server, bucket)
+    reader = with_user(server, "reader", READ_ONLY)
+    env = _env(**reader.options)
+    assert len(_rows(_cli(env, "--lake", uri, "--json", "read", "--engine", "duckdb"))) > 0
+    out = _cli(env, "--lake", uri, "ingest", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "AWS_SECRET_ACCESS_KEY" in out.stderr and "internal error" not in out.stderr
+    _no_secret(reader.secret, out.stdout, out.stderr)
+    assert _objects(server, bucket) == before  # nothing written: the first write was refused
 
 
 def env_options(env: dict[str, str]) -> dict[str, str]:

@@ -55,6 +55,7 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         except click.ClickException:
             raise
         except Exception as exc:  # noqa: BLE001 - the one funnel for unexpected errors
+            storage_failure(opts, exc)
             internal_error(opts, exc)
         except BaseException as exc:
             if not rust_panic(exc):  # KeyboardInterrupt, SystemExit, ...
@@ -62,6 +63,19 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             internal_error(opts, exc)
 
     return wrapper
+
+
+def storage_failure(opts: Options, exc: Exception) -> None:
+    """An object store that refused or did not answer in the middle of a command: one line naming the
+    setting to check (exit 2), as at open (s3config.py), not an "internal error"."""
+    from .. import s3config
+
+    if s3config.is_storage_failure(exc):
+        try:
+            options = s3config.resolve(opts.lake)
+        except InputError:
+            options = {}
+        fail(opts, s3config.storage_error("the object store failed", exc, options))
 
 
 def rust_panic(exc: BaseException) -> bool:
