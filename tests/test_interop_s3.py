@@ -21,6 +21,7 @@ import delta_release as dr
 from delta_release import _delta
 from delta_release.gateway.catalog import SqliteCatalog
 from delta_release.register import register_table
+from delta_release.register.reader import read_registered
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -82,6 +83,9 @@ def test_register_a_third_party_table_on_s3(s3server: S3Server, tmp_path: Path) 
     reg = register_table(lake, "spark", f"s3://{bucket}/ext/spark")
     assert reg.inventory.ok and reg.version == 13 and reg.inventory.unreferenced == []
     assert lake.read("spark", version=5).height == SPARK_COUNTS[5]
+    # DuckDB's delta extension on the object store: httpfs with a secret from the lake's settings
+    duck, engine = read_registered(lake, "spark", 5, engine="duckdb")
+    assert engine == "duckdb-delta" and duck.height == SPARK_COUNTS[5]
     victim = _delta.file_entries(f"s3://{bucket}/ext/spark", s3server.options, 13)[0].path
     client.delete_object(Bucket=bucket, Key=f"ext/spark/{victim}")
     with pytest.raises(dr.GateError) as info:

@@ -256,7 +256,8 @@ def test_run_takes_the_credentials_from_the_environment(s3server_auth: S3Server,
     # `run CONFIG --lake s3://...`: the config names a local lake, the command line the bucket
     config = _release_config(tmp_path, str(tmp_path / "local-lake"))
     out = _cli(env, "--json", "run", str(config), "--lake", f"s3://{bucket}/lake", cwd=tmp_path)
-    assert out.returncode == 0, (out.stderr[-2000:], [c for c in json.loads(out.stdout or "{}").get("summary", []) if not c["passed"]])
+    failed = [c for c in json.loads(out.stdout or "{}").get("summary", []) if not c["passed"]]
+    assert out.returncode == 0, (out.stderr[-2000:], failed)
     result = json.loads(out.stdout)
     assert result["decision"] == "ship", result.get("failed_checks")
     assert not (tmp_path / "local-lake").exists()

@@ -18,8 +18,8 @@ from urllib.parse import unquote
 import polars as pl
 import pyarrow as pa
 
-from .._delta import FileEntry
 from .. import s3config
+from .._delta import FileEntry
 from ..errors import InputError, SafetyError
 
 if TYPE_CHECKING:
