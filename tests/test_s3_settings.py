@@ -102,6 +102,16 @@ def test_the_duckdb_secret_carries_the_same_settings() -> None:
     assert "PROVIDER credential_chain" in s3config.duckdb_secret_sql({})  # no keys: the extension's own chain
 
 
+def test_duckdb_without_its_httpfs_wheel_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from delta_release.gateway import engines
+
+    monkeypatch.setattr(engines, "extension_available", lambda name: name != "httpfs")
+    with pytest.raises(InputError, match=r"httpfs extension to read an s3:// lake: pip install") as info:
+        engines.connect("s3://b/lake/orders", {"AWS_REGION": "us-east-1"})
+    assert info.value.exit_code == 2 and info.value.facts["missing"] == ["httpfs"]
+    engines.connect("/a/local/lake").close()  # a local lake needs no extension
+
+
 # -- on moto's server ------------------------------------------------------------------------------------
 def _env(**aws: str) -> dict[str, str]:
     """This process's environment without any AWS_* variable or ~/.aws (HOME moved), plus `aws`."""
