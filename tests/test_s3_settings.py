@@ -244,6 +244,10 @@ def test_a_wrong_endpoint_or_scheme_names_the_setting(s3server: S3Server, tmp_pa
         out = _cli(env, "--lake", uri, "ingest", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
         assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and setting in out.stderr, out.stderr
     assert _objects(s3server, bucket) == {} and list(tmp_path.iterdir()) == []
+    # a bucket that does not exist: the writer cannot create the lake, and says where to look
+    out = _cli(_env(**s3server.options), "--lake", "s3://no-such-bucket/lake", "ingest", str(ORDERS / "v3.jsonl"))
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "check the bucket in the lake URI" in out.stderr
 
 
 def _release_config(tmp_path: Path, lake_uri: str) -> Path:
