@@ -168,10 +168,16 @@ def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def needs_aws_extension(options: Mapping[str, str]) -> bool:
+    """DuckDB's S3 secret without keys uses the credential chain of its `aws` extension."""
+    return not canonical(options).get(KEY_ID)
+
+
 def duckdb_secret_sql(options: Mapping[str, str], name: str = "lake_s3") -> str:
     """`CREATE TEMPORARY SECRET` for DuckDB's httpfs and delta extensions: the same keys, region and
-    endpoint (host:port, path-style URLs, `USE_SSL false` for an http endpoint); without keys, the
-    extension's credential chain. Temporary: held in the connection's memory, never persisted."""
+    endpoint (host:port, path-style URLs, `USE_SSL false` for an http endpoint); without keys, the aws
+    extension's credential chain (instance role, SSO...: `needs_aws_extension`), checked on first use.
+    Temporary: held in the connection's memory, never persisted."""
     opts = canonical(options)
     parts = ["TYPE s3", f"REGION {_sql_literal(opts.get(REGION, DEFAULT_REGION))}"]
     if opts.get(KEY_ID):
@@ -179,7 +185,7 @@ def duckdb_secret_sql(options: Mapping[str, str], name: str = "lake_s3") -> str:
         if opts.get(TOKEN):
             parts.append(f"SESSION_TOKEN {_sql_literal(opts[TOKEN])}")
     else:
-        parts.append("PROVIDER credential_chain")
+        parts += ["PROVIDER credential_chain", "VALIDATION 'none'"]
     endpoint = opts.get(ENDPOINT)
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")

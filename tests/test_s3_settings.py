@@ -99,7 +99,8 @@ def test_the_duckdb_secret_carries_the_same_settings() -> None:
                  "ENDPOINT '127.0.0.1:9000'", "URL_STYLE 'path'", "USE_SSL false"):
         assert part in sql
     assert sql.startswith("CREATE TEMPORARY SECRET")
-    assert "PROVIDER credential_chain" in s3config.duckdb_secret_sql({})  # no keys: the extension's own chain
+    # no keys: the aws extension's credential chain (an instance role...), checked when first used
+    assert "PROVIDER credential_chain, VALIDATION 'none'" in s3config.duckdb_secret_sql({})
 
 
 def test_duckdb_without_its_httpfs_wheel_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -105,7 +105,10 @@ def connect(uri: str = "", options: Mapping[str, str] | None = None, *,
     wheel is an InputError (exit 2) that says what to install."""
     import duckdb  # imported on first use: most commands never need the second engine
 
+    settings = s3config.resolve(uri, options) if s3config.is_s3(uri) else {}
     needed = (["httpfs"] if s3config.is_s3(uri) else []) + (["delta"] if delta else [])
+    if s3config.is_s3(uri) and s3config.needs_aws_extension(settings):
+        needed.append("aws")
     missing = [n for n in needed if not extension_available(n)]
     if missing:
         what = " and ".join(f"duckdb-ext-{n}" for n in missing)
@@ -119,7 +122,7 @@ def connect(uri: str = "", options: Mapping[str, str] | None = None, *,
         for name in needed:
             con.execute(f"LOAD {name}")
         if s3config.is_s3(uri):
-            con.execute(s3config.duckdb_secret_sql(s3config.resolve(uri, options)))
+            con.execute(s3config.duckdb_secret_sql(settings))
     except BaseException:
         con.close()
         raise
