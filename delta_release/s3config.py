@@ -85,6 +85,8 @@ def resolve(uri: str, options: Mapping[str, str] | None = None,
         out.update({k: env[k] for k in (KEY_ID, SECRET, TOKEN) if env.get(k)})
     if not out.get(KEY_ID) or not out.get(REGION) or not out.get(ENDPOINT):
         _from_profile(out, profile_name, env, named=bool(explicit_profile or env.get(PROFILE)))
+    if out.get(ENDPOINT) and "://" not in out[ENDPOINT]:
+        out[ENDPOINT] = "https://" + out[ENDPOINT]  # (a bare host is https; object_store needs the scheme)
     check(out)
     return out
 
@@ -153,15 +155,21 @@ def obstore_config(options: Mapping[str, str]) -> tuple[dict[str, Any], dict[str
     return config, ({"allow_http": True} if truthy(opts.get(ALLOW_HTTP)) else None)
 
 
+def _endpoint(opts: Mapping[str, str]) -> tuple[str, str] | None:
+    """The endpoint's scheme and `host[:port][/path]` (https when it names none)."""
+    endpoint = opts.get(ENDPOINT)
+    if not endpoint:
+        return None
+    parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+    return parsed.scheme, parsed.netloc + parsed.path.rstrip("/")
+
+
 def pyarrow_s3_kwargs(options: Mapping[str, str]) -> dict[str, Any]:
     """Keyword arguments for pyarrow's S3FileSystem."""
     opts = canonical(options)
-    endpoint = opts.get(ENDPOINT)
-    parsed = urlparse(endpoint) if endpoint else None
+    scheme, host = _endpoint(opts) or ("https", None)
     return {"access_key": opts.get(KEY_ID), "secret_key": opts.get(SECRET), "session_token": opts.get(TOKEN),
-            "region": opts.get(REGION, DEFAULT_REGION),
-            "endpoint_override": (parsed.netloc or parsed.path) if parsed else None,
-            "scheme": (parsed.scheme or "https") if parsed else "https"}
+            "region": opts.get(REGION, DEFAULT_REGION), "endpoint_override": host, "scheme": scheme}
 
 
 def _sql_literal(value: str) -> str:
@@ -186,11 +194,10 @@ def duckdb_secret_sql(options: Mapping[str, str], name: str = "lake_s3") -> str:
             parts.append(f"SESSION_TOKEN {_sql_literal(opts[TOKEN])}")
     else:
         parts += ["PROVIDER credential_chain", "VALIDATION 'none'"]
-    endpoint = opts.get(ENDPOINT)
+    endpoint = _endpoint(opts)
     if endpoint:
-        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-        parts += [f"ENDPOINT {_sql_literal(parsed.netloc + parsed.path.rstrip('/'))}", "URL_STYLE 'path'",
-                  f"USE_SSL {'false' if parsed.scheme == 'http' else 'true'}"]
+        parts += [f"ENDPOINT {_sql_literal(endpoint[1])}", "URL_STYLE 'path'",
+                  f"USE_SSL {'false' if endpoint[0] == 'http' else 'true'}"]
     return f"CREATE TEMPORARY SECRET {name} ({', '.join(parts)})"
 
 

@@ -99,6 +99,12 @@ def test_the_duckdb_secret_carries_the_same_settings() -> None:
                  "ENDPOINT '127.0.0.1:9000'", "URL_STYLE 'path'", "USE_SSL false"):
         assert part in sql
     assert sql.startswith("CREATE TEMPORARY SECRET")
+    # an endpoint written without its scheme is https, for DuckDB and pyarrow alike
+    assert "ENDPOINT 'minio.local:9000'" in s3config.duckdb_secret_sql({"AWS_ENDPOINT_URL": "minio.local:9000"})
+    arrow = s3config.pyarrow_s3_kwargs({"AWS_ENDPOINT_URL": "minio.local:9000"})
+    assert (arrow["endpoint_override"], arrow["scheme"]) == ("minio.local:9000", "https")
+    assert s3config.resolve("s3://b/l", {"endpoint": "minio.local:9000"}, {})["AWS_ENDPOINT_URL"] == (
+        "https://minio.local:9000")  # (object_store needs the scheme)
     # no keys: the aws extension's credential chain (an instance role...), checked when first used
     assert "PROVIDER credential_chain, VALIDATION 'none'" in s3config.duckdb_secret_sql({})
 
