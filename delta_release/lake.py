@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import _delta
+from . import _delta, s3config
 from ._malloc import use_system_arrow_pool
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
@@ -91,6 +91,9 @@ class Lake(LakeContext):
         except OSError as exc:
             if not created:
                 raise
+            if not storage.is_local:  # e.g. a bucket that does not exist: the setting to check
+                raise s3config.storage_error(f"cannot create a lake at {storage.root}", exc,
+                                             storage.storage_options, uri=storage.root) from None
             raise InputError(f"cannot create a lake at {storage.root}: {exc.strerror or exc}",
                              uri=storage.root) from None  # e.g. /proc: a directory nothing can be written in
 

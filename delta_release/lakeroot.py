@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from . import s3config
 from .errors import InputError, LakeNotFoundError
 from .storage import Storage
 
@@ -34,7 +35,8 @@ MARKERS = (KEY, CATALOG, ORDERS_LOG)
 def _unreachable(storage: Storage, exc: OSError) -> InputError:
     """An object store that did not answer (a bucket that does not exist answers "not found", no error):
     said as such, not as "holds no lake", which sent users looking for a typo (exit 2)."""
-    return InputError(f"cannot read the lake at {storage.root}: {str(exc).split('; Details')[0]}", uri=storage.root)
+    return s3config.storage_error(f"cannot read the lake at {storage.root}", exc, storage.storage_options,
+                                  uri=storage.root)
 
 
 def _kind(storage: Storage, rel: str) -> pafs.FileType:

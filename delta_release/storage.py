@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
+from . import s3config
 from .errors import InputError
 from .faults import crash_point
 
@@ -125,27 +126,12 @@ class ObjectInfo:
     tag: str | None = None  # the object's version tag (S3 ETag) when the listing gives one
 
 
-def _truthy(value: str | None) -> bool:
-    return str(value).lower() in ("1", "true", "yes")
-
-
 def _object_store(root_base: str, options: dict[str, str]) -> Any:
     """An obstore S3Store for `bucket/prefix` (conditional puts, start-after listings, tagged reads)."""
     from obstore.store import S3Store
 
-    opts = {k.upper(): v for k, v in options.items()}
     bucket, _, prefix = root_base.partition("/")
-    config: dict[str, Any] = {}
-    for key, names in (("endpoint", ("AWS_ENDPOINT_URL", "ENDPOINT_URL", "AWS_ENDPOINT")),
-                       ("access_key_id", ("AWS_ACCESS_KEY_ID",)),
-                       ("secret_access_key", ("AWS_SECRET_ACCESS_KEY",)),
-                       ("session_token", ("AWS_SESSION_TOKEN", "AWS_TOKEN")),
-                       ("region", ("AWS_REGION", "AWS_DEFAULT_REGION"))):
-        value = next((opts[n] for n in names if opts.get(n)), None)
-        if value:
-            config[key] = value
-    config.setdefault("region", "us-east-1")
-    client = {"allow_http": True} if _truthy(opts.get("AWS_ALLOW_HTTP")) else None
+    config, client = s3config.obstore_config(options)
     # object_store retries for up to 3 minutes by default; an unreachable store should fail in seconds
     retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
     return S3Store(bucket, prefix=prefix or None, config=config, client_options=client,  # type: ignore[arg-type]
@@ -153,21 +139,7 @@ def _object_store(root_base: str, options: dict[str, str]) -> Any:
 
 
 def _s3_filesystem(options: dict[str, str]) -> pafs.S3FileSystem:
-    endpoint = options.get("AWS_ENDPOINT_URL") or options.get("endpoint_url")
-    scheme = "https"
-    endpoint_override = None
-    if endpoint:
-        parsed = urlparse(endpoint)
-        scheme = parsed.scheme or "https"
-        endpoint_override = parsed.netloc or parsed.path
-    return pafs.S3FileSystem(
-        access_key=options.get("AWS_ACCESS_KEY_ID"),
-        secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
-        region=options.get("AWS_REGION", "us-east-1"),
-        endpoint_override=endpoint_override,
-        scheme=scheme,
-        allow_bucket_creation=False,
-    )
+    return pafs.S3FileSystem(**s3config.pyarrow_s3_kwargs(options), allow_bucket_creation=False)
 
 
 SPOOL_BLOCK = 8 << 20
@@ -208,7 +180,8 @@ class Storage:
     """A root URI plus the filesystem that serves it. Paths given to methods are relative to the root."""
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
-        self.storage_options = dict(storage_options or {})
+        # an s3:// root's settings: explicit, then the AWS_* variables, then the profile (s3config.py)
+        self.storage_options = s3config.resolve(root, storage_options)
         self._store: Any = None
         if root.startswith("s3://"):
             parsed = urlparse(root)

@@ -14,7 +14,8 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,19 @@ class S3Server:
     endpoint: str
     log: Path
     recording: Path
+    key_id: str = "test"  # moto accepts any key unless started with authentication (`s3server_auth`)
+    secret: str = "test"
 
     @property
     def options(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "test",
-                "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": self.key_id,
+                "AWS_SECRET_ACCESS_KEY": self.secret, "AWS_REGION": "us-east-1"}
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self, service: str = "s3"):  # type: ignore[no-untyped-def]
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="test",
-                            aws_secret_access_key="test", region_name="us-east-1")
+        return boto3.client(service, endpoint_url=self.endpoint, aws_access_key_id=self.key_id,
+                            aws_secret_access_key=self.secret, region_name="us-east-1")
 
     def record(self, command: str) -> None:
         """moto's request recorder: reset-recording, start-recording, stop-recording."""
@@ -67,16 +70,15 @@ def _server_command(port: int) -> list[str]:
     return [sys.executable, str(Path(__file__).with_name("atomic_moto.py")), "-H", "127.0.0.1", "-p", str(port)]
 
 
-@pytest.fixture(scope="module")
-def s3server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    work = tmp_path_factory.mktemp("moto")
+@contextmanager
+def _running(work: Path, env: dict[str, str] | None = None) -> Iterator[S3Server]:
     log, recording = work / "moto_server.log", work / "recording.jsonl"
     for _ in range(3):  # a port taken between choosing and binding: choose again
         port = _free_port()
         with open(log, "w") as out:
             proc = subprocess.Popen(_server_command(port), stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, "PYTHONWARNINGS": "ignore",
-                                         "MOTO_RECORDER_FILEPATH": str(recording)})
+                                         "MOTO_RECORDER_FILEPATH": str(recording), **(env or {})})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
             try:
@@ -97,3 +99,37 @@ def s3server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def s3server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with _running(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+_ALLOW_ALL = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+READ_ONLY = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],'
+             ' "Resource": "*"}]}')
+
+
+@pytest.fixture(scope="module")
+def s3server_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A moto server that checks credentials as S3 does (after its first 3 requests, which create the one
+    IAM user whose key it accepts, allowed everything): a wrong key id gets InvalidAccessKeyId, a wrong
+    secret SignatureDoesNotMatch. The returned server's `options` and `client()` carry that key;
+    `with_user(policy)` makes another."""
+    with _running(tmp_path_factory.mktemp("moto-auth"), {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}) as server:
+        iam = server.client("iam")
+        iam.create_user(UserName="lake")
+        key = iam.create_access_key(UserName="lake")["AccessKey"]
+        iam.put_user_policy(UserName="lake", PolicyName="s3", PolicyDocument=_ALLOW_ALL)
+        yield replace(server, key_id=key["AccessKeyId"], secret=key["SecretAccessKey"])
+
+
+def with_user(server: S3Server, name: str, policy: str) -> S3Server:
+    """`server` seen with the key of a new IAM user allowed `policy` (an `s3server_auth` server)."""
+    iam = server.client("iam")
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="policy", PolicyDocument=policy)
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return replace(server, key_id=key["AccessKeyId"], secret=key["SecretAccessKey"])

@@ -55,6 +55,7 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         except click.ClickException:
             raise
         except Exception as exc:  # noqa: BLE001 - the one funnel for unexpected errors
+            storage_failure(opts, exc)
             internal_error(opts, exc)
         except BaseException as exc:
             if not rust_panic(exc):  # KeyboardInterrupt, SystemExit, ...
@@ -62,6 +63,19 @@ def command_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             internal_error(opts, exc)
 
     return wrapper
+
+
+def storage_failure(opts: Options, exc: Exception) -> None:
+    """An object store that refused or did not answer in the middle of a command: one line naming the
+    setting to check (exit 2), as at open (s3config.py), not an "internal error"."""
+    from .. import s3config
+
+    if s3config.is_storage_failure(exc):
+        try:
+            options = s3config.resolve(opts.lake)
+        except InputError:
+            options = {}
+        fail(opts, s3config.storage_error("the object store failed", exc, options))
 
 
 def internal_error(opts: Options, exc: BaseException) -> None:
@@ -94,15 +108,12 @@ def emit(opts: Options, payload: dict[str, Any], text: str, *, exit_code: int = 
         sys.exit(exit_code)
 
 
-S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-          "AWS_ALLOW_HTTP")
-
-
 def lake_options(opts: Options) -> dict[str, str]:
-    """The storage options of the --lake URI: for s3://, the standard AWS_* environment variables."""
-    import os
+    """The storage options of the --lake URI: for s3://, the AWS_* environment variables and the AWS
+    profile, resolved as every entry point resolves them (delta_release/s3config.py)."""
+    from .. import s3config
 
-    return {k: os.environ[k] for k in S3_ENV if k in os.environ} if opts.lake.startswith("s3://") else {}
+    return s3config.resolve(opts.lake)
 
 
 CREATE_HELP = "Create the lake when --lake holds none (else exit 2; `delta-release init URI` creates one too)."
@@ -110,7 +121,8 @@ CREATE_HELP = "Create the lake when --lake holds none (else exit 2; `delta-relea
 
 def open_lake(opts: Options, *, create: bool = False, **kw: Any) -> Any:
     """Open the lake named by --lake. For an s3:// lake the storage options come from the standard AWS_*
-    environment variables (never from the command line, so secrets stay out of shell history).
+    environment variables or the AWS profile (never from the command line, so secrets stay out of shell
+    history).
 
     A missing lake is created only when asked by name: `init`, or `--create` on ingest, publish and
     register (which then say so on stderr). Anything else refuses a URI that holds no lake (exit 2, naming

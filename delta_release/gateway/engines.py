@@ -9,15 +9,18 @@ list; a DuckDB glob over a partition directory is compared the same way and repo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import polars as pl
 import pyarrow as pa
 
+from .. import s3config
 from .._delta import FileEntry
-from ..errors import SafetyError
+from ..errors import InputError, SafetyError
 
 if TYPE_CHECKING:
     import duckdb
@@ -74,11 +77,64 @@ def compare_file_sets(expected: set[str], seen: dict[str, set[str]]) -> FileSetR
                          unexpected={e: sorted(s - expected) for e, s in seen.items()})
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB that never reaches for the network to install or load extensions."""
+INSTALL_HINT = "pip install 'delta-release[interop]'"
+
+
+def extension_dir() -> str:
+    """Where the duckdb-ext-* wheels put DuckDB's extension binaries (ImportError when none is installed)."""
+    import duckdb_ext  # a namespace package: duckdb-ext-delta and duckdb-ext-httpfs ship their binaries in it
+
+    return f"{list(duckdb_ext.__path__)[0]}/extensions"
+
+
+def extension_available(name: str) -> bool:
+    """True when DuckDB's extension `name` (delta, httpfs) was installed from its wheel."""
+    try:
+        import duckdb
+
+        return any(Path(extension_dir()).glob(f"v{duckdb.__version__}/*/{name}.duckdb_extension"))
+    except ImportError:
+        return False
+
+
+def connect(uri: str = "", options: Mapping[str, str] | None = None, *,
+            delta: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB that never reaches for the network to install or load extensions. For an
+    s3:// `uri` it loads httpfs from its wheel and holds the lake's S3 settings (`options`, resolved by
+    s3config.py) as a temporary secret; `delta=True` loads the delta extension too. A missing extension
+    wheel is an InputError (exit 2) that says what to install."""
     import duckdb  # imported on first use: most commands never need the second engine
 
-    return duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    settings = s3config.resolve(uri, options) if s3config.is_s3(uri) else {}
+    needed = (["httpfs"] if s3config.is_s3(uri) else []) + (["delta"] if delta else [])
+    if s3config.is_s3(uri) and s3config.needs_aws_extension(settings):
+        needed.append("aws")
+    missing = [n for n in needed if not extension_available(n)]
+    if missing:
+        what = " and ".join(f"duckdb-ext-{n}" for n in missing)
+        place = "an s3:// lake" if s3config.is_s3(uri) else "a Delta table"
+        raise InputError(f"DuckDB needs its {' and '.join(missing)} extension to read {place}: {INSTALL_HINT}"
+                         f" ({what})", uri=uri, missing=missing)
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        if needed:
+            con.execute(f"SET extension_directory = '{extension_dir()}'")
+        for name in needed:
+            con.execute(f"LOAD {name}")
+        if s3config.is_s3(uri):
+            con.execute(s3config.duckdb_secret_sql(settings))
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def storage_failure(exc: Exception, uri: str, options: Mapping[str, str] | None) -> Exception:
+    """A DuckDB error that says the object store refused or did not answer, as the one-line InputError
+    naming the setting to check; anything else unchanged."""
+    if s3config.is_s3(uri) and type(exc).__name__ in ("IOException", "HTTPException"):
+        return s3config.storage_error(f"DuckDB cannot read {uri}", exc, s3config.resolve(uri, options), uri=uri)
+    return exc
 
 
 def polars_schema(columns: dict[str, str], partition: str) -> pl.Schema:
@@ -91,8 +147,9 @@ def polars_schema(columns: dict[str, str], partition: str) -> pl.Schema:
 
 
 def duckdb_read(root: str, entries: tuple[FileEntry, ...] | list[FileEntry], columns: dict[str, str],
-                partition: str) -> tuple[pl.DataFrame, set[str]]:
-    """Read `entries` (paths relative to `root`) with DuckDB; returns the frame and the files DuckDB opened."""
+                partition: str, options: Mapping[str, str] | None = None) -> tuple[pl.DataFrame, set[str]]:
+    """Read `entries` (paths relative to `root`, a directory or an s3:// URI reached with `options`) with
+    DuckDB; returns the frame and the files DuckDB opened."""
     schema = polars_schema(columns, partition)
     if not entries:
         return pl.DataFrame(schema=schema), set()
@@ -103,21 +160,25 @@ def duckdb_read(root: str, entries: tuple[FileEntry, ...] | list[FileEntry], col
     data_cols = ", ".join(f't."{c}"' for c in schema.names() if c != partition)
     sql = (f'SELECT {data_cols}, CAST(m.pvalue AS {_DUCK_TYPES[columns[partition]]}) AS "{partition}" '
            "FROM read_parquet($files, filename=true, hive_partitioning=false) t JOIN m USING (filename)")
-    con = connect()
+    con = connect(root, options)
     try:
         con.register("m", mapping)
         frame = con.execute(sql, {"files": files}).pl()
         opened = {str(r[0]) for r in
                   con.execute("SELECT file_name FROM parquet_file_metadata($files)", {"files": files}).fetchall()}
+    except Exception as exc:
+        raise storage_failure(exc, root, options) from exc
     finally:
         con.close()
     return frame.select([pl.col(c).cast(t) for c, t in schema.items()]), opened
 
 
-def duckdb_glob(pattern: str) -> set[str]:
+def duckdb_glob(pattern: str, options: Mapping[str, str] | None = None) -> set[str]:
     """The files a DuckDB glob (as `read_parquet('<dir>/*.parquet')` would use) sees."""
-    con = connect()
+    con = connect(pattern, options)
     try:
         return {str(r[0]) for r in con.execute("SELECT file FROM glob($p)", {"p": pattern}).fetchall()}
+    except Exception as exc:
+        raise storage_failure(exc, pattern, options) from exc
     finally:
         con.close()

@@ -143,7 +143,7 @@ class Gateway:
         entries = self._resolve_files(uri, version)
         self.requests.log_resolutions += 1
         polars_files = _delta.file_uris(uri, self.lake.options, version)  # what pl.scan_delta reads
-        _, duck_files = duckdb_read(self._local(uri), entries, self._schema(table), self._partition(table))
+        _, duck_files = duckdb_read(uri, entries, self._schema(table), self._partition(table), self.lake.options)
         return compare_file_sets({file_uri(uri, e.path) for e in entries},
                                  {"polars": set(polars_files), "duckdb": duck_files})
 
@@ -152,7 +152,7 @@ class Gateway:
         """Rows of `version` read by DuckDB from exactly the gateway's file list; same columns as polars."""
         uri, version = self.resolve(table, version)
         entries = self._resolve_files(uri, version)
-        frame, duck_files = duckdb_read(self._local(uri), entries, self._schema(table), self._partition(table))
+        frame, duck_files = duckdb_read(uri, entries, self._schema(table), self._partition(table), self.lake.options)
         self.requests.log_resolutions += 1
         report = compare_file_sets({file_uri(uri, e.path) for e in entries},
                                    {"polars": set(_delta.file_uris(uri, self.lake.options, version)),
@@ -170,13 +170,8 @@ class Gateway:
         self.requests.object_lists += len(dirs)
         seen: set[str] = set()
         for d in dirs:
-            seen |= duckdb_glob(file_uri(self._local(uri), d) + "/*.parquet")
+            seen |= duckdb_glob(file_uri(uri, d) + "/*.parquet", self.lake.options)
         return compare_file_sets({file_uri(uri, e.path) for e in registered}, {"duckdb_glob": seen})
-
-    def _local(self, uri: str) -> str:
-        if "://" in uri and not uri.startswith("file://"):
-            raise InputError(f"the DuckDB engine reads local lakes only for now: {uri}", uri=uri)
-        return uri.removeprefix("file://")
 
     def _schema(self, table: str) -> dict[str, str]:
         return dict(self.lake.table_def(table).columns)

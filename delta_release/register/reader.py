@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from .. import _delta
 from ..errors import InputError, SafetyError, rust_panic
+from ..gateway.engines import connect, extension_available, storage_failure
 from ..storage import Storage
 from .inventory import check_inventory
 from .paths import table_relative
@@ -126,33 +127,20 @@ def _outside(value: Any) -> bool:
 
 
 def duckdb_delta_available() -> bool:
+    return extension_available("delta")
+
+
+def read_duckdb_delta(uri: str, version: int, options: dict[str, str] | None = None) -> pl.DataFrame:
+    """`version` of the Delta table at `uri`, read by DuckDB's delta extension (its own log replay); an
+    s3:// table through httpfs with the lake's S3 settings as a DuckDB secret (gateway/engines.py)."""
+    con = connect(uri, options, delta=True)
     try:
-        _extension_dir()
-    except ImportError:
-        return False
-    return True
-
-
-def _extension_dir() -> str:
-    import duckdb_ext  # the duckdb-ext-delta wheel ships the extension binary in this namespace package
-
-    return f"{list(duckdb_ext.__path__)[0]}/extensions"
-
-
-def read_duckdb_delta(uri: str, version: int) -> pl.DataFrame:
-    """`version` of the Delta table at `uri`, read by DuckDB's delta extension (its own log replay)."""
-    if "://" in uri and not uri.startswith("file://"):
-        raise InputError(f"the DuckDB delta reader reads local tables only for now: {uri}", uri=uri)
-    import duckdb
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
-    try:
-        con.execute(f"SET extension_directory = '{_extension_dir()}'")
-        con.execute("LOAD delta")
         con.execute("SET TimeZone = 'UTC'")
         path = uri.removeprefix("file://").replace("'", "''")
         con.execute(f"ATTACH '{path}' AS pinned (TYPE delta, VERSION {int(version)})")
         return con.sql("SELECT * FROM pinned").pl()
+    except Exception as exc:
+        raise storage_failure(exc, uri, options) from exc
     finally:
         con.close()
 
@@ -215,7 +203,7 @@ def _candidates(storage: Storage, version: int, prefer: str) -> tuple[list[str],
 
 def _read(engine: str, storage: Storage, uri: str, options: dict[str, str], version: int) -> pl.DataFrame:
     if engine == "duckdb-delta":
-        return read_duckdb_delta(uri, version)
+        return read_duckdb_delta(uri, version, options)
     return read_deltalake(uri, options, version)
 
 
