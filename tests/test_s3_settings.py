@@ -162,7 +162,7 @@ def test_the_cli_and_lake_open_take_the_environment(s3server_auth: S3Server, tmp
         assert out.returncode == 0, (args, out.stderr)
         outputs.extend([out.stdout, out.stderr])
 
-    cli("ingest", str(ORDERS / "v2.jsonl"))
+    cli("ingest", "--create", str(ORDERS / "v2.jsonl"))
     cli("ingest", str(ORDERS / "v3.jsonl"))
     pinned = _cli(env, "--lake", uri, "--json", "read", "--engine", "duckdb", "--version", "1")
     assert _rows(pinned) == _rows(_cli(env, "--lake", uri, "--json", "read", "--version", "1"))
@@ -195,7 +195,7 @@ def test_an_aws_profile_is_read_from_the_shared_files(s3server_auth: S3Server, t
                    f"[profile lake]\nregion = us-east-1\nendpoint_url = {server.endpoint}\n")
     env = _env(AWS_PROFILE="lake", AWS_ALLOW_HTTP="true", **files)
     uri = f"s3://{bucket}/lake"
-    assert _cli(env, "--lake", uri, "ingest", str(ORDERS / "v3.jsonl")).returncode == 0
+    assert _cli(env, "--lake", uri, "ingest", "--create", str(ORDERS / "v3.jsonl")).returncode == 0
     assert _rows(_cli(env, "--lake", uri, "--json", "read", "--engine", "duckdb")) == _rows(
         _cli(env, "--lake", uri, "--json", "read"))
     # the same files without AWS_PROFILE: the default profile, which has no keys here: refused, named
@@ -210,7 +210,7 @@ def test_a_wrong_credential_is_one_line_exit_2_and_writes_nothing(s3server_auth:
     server, bucket = s3server_auth, s3server_auth.new_bucket()
     env = _env(**{**server.options, wrong: "WRONG" + server.options[wrong][5:]})
     uri = f"s3://{bucket}/lake"
-    for args in (["ingest", str(ORDERS / "v3.jsonl")], ["status"], ["read", "--engine", "duckdb"]):
+    for args in (["ingest", "--create", str(ORDERS / "v3.jsonl")], ["status"], ["read", "--engine", "duckdb"]):
         out = _cli(env, "--lake", uri, *args, cwd=tmp_path)
         assert out.returncode == 2, (args, out.stderr)
         assert len(out.stderr.splitlines()) == 1 and "AWS_SECRET_ACCESS_KEY" in out.stderr, out.stderr
@@ -225,12 +225,12 @@ def test_a_read_only_key_reads_and_a_write_is_refused_naming_the_keys(s3server_a
                                                                       tmp_path: Path) -> None:
     server, bucket = s3server_auth, s3server_auth.new_bucket()
     uri = f"s3://{bucket}/lake"
-    assert _cli(_env(**server.options), "--lake", uri, "ingest", str(ORDERS / "v2.jsonl")).returncode == 0
+    assert _cli(_env(**server.options), "--lake", uri, "ingest", "--create", str(ORDERS / "v2.jsonl")).returncode == 0
     before = _objects(server, bucket)
     reader = with_user(server, "reader", READ_ONLY)
     env = _env(**reader.options)
     assert len(_rows(_cli(env, "--lake", uri, "--json", "read", "--engine", "duckdb"))) > 0
-    out = _cli(env, "--lake", uri, "ingest", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
+    out = _cli(env, "--lake", uri, "ingest", "--create", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "AWS_SECRET_ACCESS_KEY" in out.stderr and "internal error" not in out.stderr
     _no_secret(reader.secret, out.stdout, out.stderr)
@@ -248,11 +248,12 @@ def test_a_wrong_endpoint_or_scheme_names_the_setting(s3server: S3Server, tmp_pa
     closed = s3server.endpoint.rsplit(":", 1)[0] + ":9"  # the discard port: nothing listens on it
     for env, setting in ((_env(**{**s3server.options, "AWS_ENDPOINT_URL": closed}), "AWS_ENDPOINT_URL"),
                          (_env(**{**s3server.options, "AWS_ALLOW_HTTP": "false"}), "AWS_ALLOW_HTTP")):
-        out = _cli(env, "--lake", uri, "ingest", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
+        out = _cli(env, "--lake", uri, "ingest", "--create", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
         assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and setting in out.stderr, out.stderr
     assert _objects(s3server, bucket) == {} and list(tmp_path.iterdir()) == []
     # a bucket that does not exist: the writer cannot create the lake, and says where to look
-    out = _cli(_env(**s3server.options), "--lake", "s3://no-such-bucket/lake", "ingest", str(ORDERS / "v3.jsonl"))
+    out = _cli(_env(**s3server.options), "--lake", "s3://no-such-bucket/lake", "ingest", "--create",
+               str(ORDERS / "v3.jsonl"))
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "check the bucket in the lake URI" in out.stderr
 
@@ -317,7 +318,7 @@ def test_the_analyst_guide_s3_block_runs(s3server: S3Server, tmp_path: Path) -> 
     env = _env(**s3server.options)
     uri = f"s3://{s3server.new_bucket()}/lake"
     for batch in ("v2.jsonl", "v3.jsonl"):
-        assert _cli(env, "--lake", uri, "ingest", str(ORDERS / batch)).returncode == 0
+        assert _cli(env, "--lake", uri, "ingest", "--create", str(ORDERS / batch)).returncode == 0
     guide = (ROOT / "docs" / "analyst-guide.md").read_text(encoding="utf-8")
     section = guide.split("## A lake on S3", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```py\n(.*?)```", section, re.S)
@@ -338,7 +339,7 @@ def test_the_analyst_example_on_s3(s3server: S3Server, tmp_path: Path) -> None: 
     env = _env(**s3server.options)
     uri = f"s3://{s3server.new_bucket()}/lake"
     for batch in ("v2.jsonl", "v3.jsonl"):
-        assert _cli(env, "--lake", uri, "ingest", str(ORDERS / batch)).returncode == 0
+        assert _cli(env, "--lake", uri, "ingest", "--create", str(ORDERS / batch)).returncode == 0
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "analyst.py"), "--lake", uri,
                           "--out", str(tmp_path / "chart.svg"), "--duckdb"],
                          env=env, capture_output=True, text=True, timeout=300, check=False)
