@@ -104,7 +104,7 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
     parent = staged.parent
     ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
                      recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
-                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=reports)
+                     batch_ids=applied_batches(lk, upto=parent) | set(staged.batch_ids), reports=reports)
     results = []
     for name in cfg.checks:
         tick(f"check {name}")
@@ -125,6 +125,9 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         except StaleParentError as exc:  # the commit refused: nothing of the candidate became visible
             stale = {"expected": exc.expected, "found": exc.found}
             failed.append("stale_parent")
+    elif (latest := lk.latest_version("orders")) != parent:  # held anyway: say that it also raced a writer
+        stale = {"expected": parent, "found": latest}
+        failed.append("stale_parent")
     decision = "hold" if failed else "ship"
     tick(f"decision: {decision}")
     if decision == "ship":
