@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -219,7 +219,8 @@ class Storage:
         elif "://" in root and not root.startswith("file://"):
             raise InputError(f"unsupported lake URI scheme: {root!r} (use a local path or s3://)", uri=root)
         else:
-            local = Path(root.removeprefix("file://")).resolve()
+            # a file:// URI is percent-encoded (file:///tmp/my%20lake is /tmp/my lake); a path is as typed
+            local = Path(unquote(root.removeprefix("file://")) if root.startswith("file://") else root).resolve()
             self.is_local = True
             self.fs = pafs.LocalFileSystem()
             self._base = str(local)

@@ -1,0 +1,79 @@
+"""Issue 32, item 5: any path the filesystem allows works, or is refused up front.
+
+A lake path with a space or non-ASCII letters works end to end through the command line (ingest, read
+with Polars and DuckDB, erase, audit, history, vacuum); a path with a character delta-rs or Polars cannot
+address (`%`, `#`, `?`, a glob character, a backslash, a control character) or a name the filesystem
+refuses (256 bytes) exits 2 with one line naming the path and the character, and creates nothing. No path
+exits 1. Before: `my lake` ingested, then `read`, `erase` and `audit` exited 1 (`FileNotFoundError` on
+`my%20lake/...`), DuckDB said "engines disagree", and `lake%41` was read as `lakeA`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ORDERS
+
+FIXTURE = ORDERS / "v3.jsonl"
+
+
+def _cli(lake: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(lake), "--json", *args],
+                          capture_output=True, text=True, check=False, timeout=300)
+
+
+def _ok(lake: Path, *args: str) -> Any:
+    done = _cli(lake, *args)
+    assert done.returncode == 0, (args, done.stdout[-500:], done.stderr[-500:])
+    return json.loads(done.stdout)
+
+
+def _ids(report: Any) -> list[str]:
+    return [r["order_id"] for r in report["rows"]]
+
+
+@pytest.mark.parametrize("name", ["my lake", "lé lake"])
+def test_a_path_with_a_space_or_non_ascii_works_end_to_end(tmp_path: Path, name: str) -> None:
+    root = tmp_path / name / "lake"
+    ingested = _ok(root, "ingest", str(FIXTURE))
+    assert ingested["accepted"] > 1 and ingested["version"] is not None
+    polars = _ok(root, "read")
+    duck = _ok(root, "read", "--engine", "duckdb")
+    assert polars["rows"] and duck["rows"] == polars["rows"]
+    victim = _ids(polars)[0]
+    assert _ok(root, "audit", "--days", "0:100")["rows"] == len(polars["rows"])
+    erased = _ok(root, "erase", victim)
+    assert erased["rows_removed"] >= 1
+    assert victim not in _ids(_ok(root, "read")) and victim not in _ids(_ok(root, "read", "--engine", "duckdb"))
+    assert len(_ok(root, "history")["versions"]) == erased["version"] + 1
+    _ok(root, "vacuum", "--apply", "--retain-versions", "1", "--replay-horizon-hours", "0")
+    assert _ids(_ok(root, "read")) == [i for i in _ids(polars) if i != victim]
+    assert not (tmp_path / name.replace(" ", "%20")).exists()  # nothing written at an encoded twin
+
+
+@pytest.mark.parametrize(("name", "char"), [
+    ("lake%41", "%"), ("a#b", "#"), ("q?x", "?"), ("br[1]", "["), ("st*r", "*"), ("e\\f", "\\"),
+    ("nl\nx", "\n"), ("tab\tx", "\t"),
+])
+def test_a_path_the_engines_cannot_address_is_refused_up_front(tmp_path: Path, name: str, char: str) -> None:
+    root = tmp_path / name
+    for args in (("ingest", str(FIXTURE)), ("read",)):
+        done = _cli(root, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        error = json.loads(done.stdout)["error"]
+        assert repr(str(root)) in error["message"] and repr(char) in error["message"]
+        assert "\n" not in error["message"]
+    assert list(tmp_path.iterdir()) == []  # nothing created, not even at a decoded twin (lakeA)
+
+
+def test_a_name_longer_than_the_filesystem_allows_exits_2(tmp_path: Path) -> None:
+    root = tmp_path / ("x" * 256)
+    for args in (("ingest", str(FIXTURE)), ("read",)):
+        done = _cli(root, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "cannot use lake path" in json.loads(done.stdout)["error"]["message"]
+    assert list(tmp_path.iterdir()) == []
