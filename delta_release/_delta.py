@@ -549,26 +549,22 @@ def _entries(table: pa.Table) -> list[FileEntry]:
 def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.LazyFrame:
     """Every row of a version (tombstones included) as a Polars LazyFrame; the one `scan_delta` outside
     the gateway's cached-snapshot path. Views (current rows) are in `delta_release.views`."""
-    if _is_local(uri):  # through a handle whose file list holds paths (`_FilePaths`)
-        # a handle of its own (as scan_delta(uri) opens), its errors delta-rs's own (log_guard reads them)
-        return pl.scan_delta(_FilePaths.of(DeltaTable(uri, version=version, storage_options=options or None)))
-    return pl.scan_delta(uri, version=version, storage_options=options or None)
-
-
-def _is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
+    # through a handle whose file list Polars can open (`_FilePaths`): a handle of its own (as
+    # scan_delta(uri) opens one), its errors delta-rs's own (register's log_guard reads them)
+    return pl.scan_delta(_FilePaths.of(DeltaTable(uri, version=version, storage_options=options or None)))
 
 
 class _FilePaths(DeltaTable):
-    """A local table's handle whose `file_uris` are the files' paths. delta-rs gives them percent-encoded
-    (`/tmp/my%20lake/orders/...` for `/tmp/my lake/orders/...`: a space, non-ASCII, `#`, `?`, ...) though
-    it documents plain paths, and Polars' `scan_delta` opens them as paths: no such file
-    (pola-rs/polars#20944). This is the one place a local table's file URIs become paths; the readers
-    (`scan`, `scan_snapshot`, `file_uris`: Polars, the gateway's engine comparison) take them from here."""
+    """A handle whose `file_uris` are the files' paths and object keys as they are. delta-rs gives them
+    percent-encoded (`/tmp/my%20lake/orders/...` for `/tmp/my lake/orders/...`, `s3://b/my%20lake/...`:
+    a space, non-ASCII, ...) though it documents plain local paths, and Polars' `scan_delta` opens them as
+    paths or keys: no such file (pola-rs/polars#20944). This is the one place a table's file URIs become
+    paths; the readers (`scan`, `scan_snapshot`, `file_uris`: Polars, the gateway's engine comparison)
+    take them from here."""
 
     @classmethod
     def of(cls, handle: DeltaTable) -> DeltaTable:
-        if isinstance(handle, cls) or not handle.table_uri.startswith("file://"):
+        if isinstance(handle, cls):
             return handle
         out = cls.__new__(cls)
         out.__dict__.update(handle.__dict__)  # the same delta-rs snapshot, no second log replay
@@ -629,7 +625,7 @@ def scan_snapshot(handle: DeltaTable) -> pl.LazyFrame:
 
 
 def file_uris(uri: str, options: dict[str, str], version: int) -> list[str]:
-    """The files of `version` as Polars reads them: URIs on an object store, paths on local disk."""
+    """The files of `version` as Polars reads them (decoded: `_FilePaths`)."""
     return list(_FilePaths.of(_open(uri, options, version)).file_uris())
 
 

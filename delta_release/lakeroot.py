@@ -82,14 +82,16 @@ def _inside_a_lake(root: Path) -> Path | None:
 # Characters of a local path that the engines cannot address: delta-rs decodes `%XX` in a local table
 # path (`lake%41` is read as `lakeA`), lists no history under a `#` or `?` (its URL's fragment and query),
 # takes `\` for a separator and refuses control characters; Polars reads `*?[]` in a file's path as a
-# glob. Any other character works end to end (spaces, non-ASCII, quotes...: `_delta._FilePaths`).
+# glob. Any other character works end to end (spaces, non-ASCII, quotes...: `_delta._FilePaths`), on
+# local disk and in an s3:// prefix alike.
 UNADDRESSABLE = frozenset("%#?*[]\\") | frozenset(map(chr, [*range(0x20), 0x7F]))
 
 
-def check_local_path(path: str) -> None:
-    """Refuse (exit 2, one line naming the path and the character) a local lake path the engines cannot
-    address, before anything is written there; a lake made elsewhere at such a path is refused the same."""
-    bad = next((c for c in path if c in UNADDRESSABLE), None)
+def check_lake_path(path: str) -> None:
+    """Refuse (exit 2, one line naming the path and the character) a lake path (a local one, or an s3://
+    prefix) the engines cannot address, before anything is written there; a lake made elsewhere at such a
+    path is refused the same."""
+    bad = next((c for c in path.removeprefix("s3://") if c in UNADDRESSABLE), None)
     if bad is not None:
         raise InputError(f"lake path {path!r} contains {bad!r}, which delta-rs or Polars cannot address: "
                          f"choose a path without it", uri=path)
@@ -104,8 +106,8 @@ def open_root(storage: Storage, *, create: bool) -> bool:
     """
     if not storage.is_local and not storage.root.removeprefix("s3://").strip("/"):
         raise InputError("an s3:// lake URI needs a bucket: s3://<bucket>[/<prefix>]", uri=storage.root)
+    check_lake_path(storage.root)
     if storage.is_local:
-        check_local_path(storage.root)
         root = storage.local_path()
         try:
             if root.exists() and not root.is_dir():

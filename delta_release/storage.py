@@ -211,10 +211,10 @@ class Storage:
         self.storage_options = dict(storage_options or {})
         self._store: Any = None
         if root.startswith("s3://"):
-            parsed = urlparse(root)
             self.is_local = False
             self.fs: pafs.FileSystem = _s3_filesystem(self.storage_options)
-            self._base = (parsed.netloc + parsed.path).rstrip("/")
+            # as given: a `#` or `?` is part of the key (lakeroot refuses it), not a fragment or query
+            self._base = root.removeprefix("s3://").rstrip("/")
             self.root = "s3://" + self._base
         elif "://" in root and not root.startswith("file://"):
             raise InputError(f"unsupported lake URI scheme: {root!r} (use a local path or s3://)", uri=root)

@@ -10,6 +10,7 @@ exits 1. Before: `my lake` ingested, then `read`, `erase` and `audit` exited 1 (
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,10 @@ from typing import Any
 
 import pytest
 from conftest import ORDERS
+from s3server import S3Server, s3server  # noqa: F401 - the fixture
+
+import delta_release as dr
+from delta_release.errors import InputError
 
 FIXTURE = ORDERS / "v3.jsonl"
 
@@ -77,3 +82,23 @@ def test_a_name_longer_than_the_filesystem_allows_exits_2(tmp_path: Path) -> Non
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert "cannot use lake path" in json.loads(done.stdout)["error"]["message"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("prefix", ["my lake", "lé"])
+def test_an_s3_prefix_with_a_space_or_non_ascii_works(s3server: S3Server, prefix: str) -> None:  # noqa: F811
+    lake = dr.Lake.create(f"s3://{s3server.new_bucket()}/{prefix}", storage_options=s3server.options)
+    lake.ingest(FIXTURE)
+    ids = lake.read()["order_id"].to_list()  # Polars was given s3://.../my%20lake/...: no such key
+    assert ids
+    lake.erase(ids[0])
+    assert lake.read()["order_id"].to_list() == ids[1:]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("char", ["#", "?", "%"])
+def test_an_s3_prefix_the_engines_cannot_address_is_refused(s3server: S3Server, char: str) -> None:  # noqa: F811
+    bucket = s3server.new_bucket()
+    with pytest.raises(InputError, match=re.escape(repr(char))):
+        dr.Lake.create(f"s3://{bucket}/a{char}b", storage_options=s3server.options)
+    assert "Contents" not in s3server.client().list_objects_v2(Bucket=bucket)  # nothing written
