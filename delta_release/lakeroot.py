@@ -87,13 +87,13 @@ def _inside_a_lake(root: Path) -> Path | None:
 UNADDRESSABLE = frozenset("%#?*[]\\") | frozenset(map(chr, [*range(0x20), 0x7F]))
 
 
-def check_lake_path(path: str) -> None:
+def check_lake_path(path: str, what: str = "lake path") -> None:
     """Refuse (exit 2, one line naming the path and the character) a lake path (a local one, or an s3://
     prefix) the engines cannot address, before anything is written there; a lake made elsewhere at such a
     path is refused the same."""
     bad = next((c for c in path.removeprefix("s3://") if c in UNADDRESSABLE), None)
     if bad is not None:
-        raise InputError(f"lake path {path!r} contains {bad!r}, which delta-rs or Polars cannot address: "
+        raise InputError(f"{what} {path!r} contains {bad!r}, which delta-rs or Polars cannot address: "
                          f"choose a path without it", uri=path)
 
 

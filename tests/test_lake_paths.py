@@ -102,3 +102,21 @@ def test_an_s3_prefix_the_engines_cannot_address_is_refused(s3server: S3Server, 
     with pytest.raises(InputError, match=re.escape(repr(char))):
         dr.Lake.create(f"s3://{bucket}/a{char}b", storage_options=s3server.options)
     assert "Contents" not in s3server.client().list_objects_v2(Bucket=bucket)  # nothing written
+
+
+@pytest.mark.parametrize(("name", "code"), [("my table", 0), ("a#b", 2)])
+def test_register_takes_a_table_at_such_a_path_or_refuses_it(tmp_path: Path, name: str, code: int) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake  # noqa: TID251 - a table written by someone else
+
+    write_deltalake(str(tmp_path / name), pa.table({"a": [1, 2], "p": ["x", "y"]}), partition_by=["p"])
+    root = tmp_path / "lake"
+    done = _cli(root, "register", "ext", str(tmp_path / name))
+    assert done.returncode == code, done.stdout + done.stderr
+    if code == 2:  # before: registered, then `status` exited 1 (delta-rs lists no history under '#')
+        assert repr("#") in json.loads(done.stdout)["error"]["message"] and not root.exists()
+        return
+    assert _ok(root, "status")["tables"]
+    rows = _ok(root, "read", "--table", "ext")["rows"]
+    assert sorted(r["a"] for r in rows) == [1, 2]
+    assert _ok(root, "read", "--table", "ext", "--engine", "duckdb")["rows"] == rows
