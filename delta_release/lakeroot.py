@@ -79,7 +79,7 @@ def _inside_a_lake(root: Path) -> Path | None:
     return None
 
 
-# Characters of a local path that the engines cannot address: delta-rs decodes `%XX` in a local table
+# Characters of a lake or table path that the engines cannot address: delta-rs decodes `%XX` in a table
 # path (`lake%41` is read as `lakeA`), lists no history under a `#` or `?` (its URL's fragment and query),
 # takes `\` for a separator and refuses control characters; Polars reads `*?[]` in a file's path as a
 # glob. Any other character works end to end (spaces, non-ASCII, quotes...: `_delta._FilePaths`), on
@@ -101,8 +101,8 @@ def open_root(storage: Storage, *, create: bool) -> bool:
     """Check the root before `Lake.open` touches it. Returns True when the caller is creating a new lake.
 
     Without `create`, a root that holds no lake is refused; with it, a local root is made a directory
-    (an existing non-directory, such as /dev/null, is refused either way). A local path with a character
-    the engines cannot address, or that the filesystem refuses (a name too long), is refused (exit 2).
+    (an existing non-directory, such as /dev/null, is refused either way). A path with a character the
+    engines cannot address, or that the filesystem refuses (a name too long), is refused (exit 2).
     """
     if not storage.is_local and not storage.root.removeprefix("s3://").strip("/"):
         raise InputError("an s3:// lake URI needs a bucket: s3://<bucket>[/<prefix>]", uri=storage.root)
