@@ -41,6 +41,7 @@ def _ids(report: Any) -> list[str]:
     return [r["order_id"] for r in report["rows"]]
 
 
+@pytest.mark.slow  # a dozen CLI processes per path
 @pytest.mark.parametrize("name", ["my lake", "lé lake"])
 def test_a_path_with_a_space_or_non_ascii_works_end_to_end(tmp_path: Path, name: str) -> None:
     root = tmp_path / name / "lake"
