@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import polars as pl
 import pyarrow as pa
@@ -547,7 +548,29 @@ def _entries(table: pa.Table) -> list[FileEntry]:
 def scan(uri: str, options: dict[str, str], version: int | None = None) -> pl.LazyFrame:
     """Every row of a version (tombstones included) as a Polars LazyFrame; the one `scan_delta` outside
     the gateway's cached-snapshot path. Views (current rows) are in `delta_release.views`."""
-    return pl.scan_delta(uri, version=version, storage_options=options or None)
+    # through a handle whose file list Polars can open (`_FilePaths`): a handle of its own (as
+    # scan_delta(uri) opens one), its errors delta-rs's own (register's log_guard reads them)
+    return pl.scan_delta(_FilePaths.of(DeltaTable(uri, version=version, storage_options=options or None)))
+
+
+class _FilePaths(DeltaTable):
+    """A handle whose `file_uris` are the files' paths and object keys as they are. delta-rs gives them
+    percent-encoded (`/tmp/my%20lake/orders/...` for `/tmp/my lake/orders/...`, `s3://b/my%20lake/...`:
+    a space, non-ASCII, ...) though it documents plain local paths, and Polars' `scan_delta` opens them as
+    paths or keys: no such file (pola-rs/polars#20944). This is the one place a table's file URIs become
+    paths; the readers (`scan`, `scan_snapshot`, `file_uris`: Polars, the gateway's engine comparison)
+    take them from here."""
+
+    @classmethod
+    def of(cls, handle: DeltaTable) -> DeltaTable:
+        if isinstance(handle, cls):
+            return handle
+        out = cls.__new__(cls)
+        out.__dict__.update(handle.__dict__)  # the same delta-rs snapshot, no second log replay
+        return out
+
+    def file_uris(self, partition_filters: Any = None, **kwargs: Any) -> list[str]:
+        return [unquote(u) for u in super().file_uris(partition_filters, **kwargs)]
 
 
 def _log_entry_lines(uri: str, options: dict[str, str], version: int) -> list[str] | None:
@@ -597,11 +620,12 @@ def removed_files(uri: str, options: dict[str, str], version: int) -> list[tuple
 
 def scan_snapshot(handle: DeltaTable) -> pl.LazyFrame:
     """A LazyFrame over a snapshot from `open_snapshot` (no second log replay)."""
-    return pl.scan_delta(handle)
+    return pl.scan_delta(_FilePaths.of(handle))
 
 
 def file_uris(uri: str, options: dict[str, str], version: int) -> list[str]:
-    return list(_open(uri, options, version).file_uris())
+    """The files of `version` as Polars reads them (decoded: `_FilePaths`)."""
+    return list(_FilePaths.of(_open(uri, options, version)).file_uris())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,19 +53,19 @@ class IngestReport:
         }
 
 
-def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE) -> set[str]:
-    """Batch ids that are part of a committed version: the `batch_ids` of every commit of ours, from the
-    applied-batch index (caught up to the latest version), or from the whole history when the indexes are
-    off. A held release run commits nothing, so its batches are not here: ingest re-applies them if given
-    again, `replay --all` skips them."""
+def applied_batches(lake: LakeContext, table: str = DEFAULT_TABLE, *, upto: int | None = None) -> set[str]:
+    """Batch ids that are part of a committed version (of version `upto` and those before it, when given):
+    the `batch_ids` of every commit of ours, from the applied-batch index (caught up to the latest
+    version), or from the whole history when the indexes are off. A held release run commits nothing, so
+    its batches are not here: ingest re-applies them if given again, `replay --all` skips them."""
     ctx = lake.table(table)
     batches = index.batch_index(ctx)
-    latest = ctx.latest_version()
+    latest = ctx.latest_version() if upto is None else upto
     if batches is not None and latest is not None:
         return batches.all(upto=latest)
     out: set[str] = set()
     for entry in _delta.history(lake.table_uri(table), lake.options):
-        if entry.evidence is not None:
+        if entry.evidence is not None and (upto is None or entry.version <= upto):
             out.update(CommitEvidence.from_json(entry.evidence).batch_ids)
     return out
 

@@ -81,18 +81,41 @@ def _inside_a_lake(root: Path) -> Path | None:
     return None
 
 
+# Characters of a lake or table path that the engines cannot address: delta-rs decodes `%XX` in a table
+# path (`lake%41` is read as `lakeA`), lists no history under a `#` or `?` (its URL's fragment and query),
+# takes `\` for a separator and refuses control characters; Polars reads `*?[]` in a file's path as a
+# glob. Any other character works end to end (spaces, non-ASCII, quotes...: `_delta._FilePaths`), on
+# local disk and in an s3:// prefix alike.
+UNADDRESSABLE = frozenset("%#?*[]\\") | frozenset(map(chr, [*range(0x20), 0x7F]))
+
+
+def check_lake_path(path: str, what: str = "lake path") -> None:
+    """Refuse (exit 2, one line naming the path and the character) a lake path (a local one, or an s3://
+    prefix) the engines cannot address, before anything is written there; a lake made elsewhere at such a
+    path is refused the same."""
+    bad = next((c for c in path.removeprefix("s3://") if c in UNADDRESSABLE), None)
+    if bad is not None:
+        raise InputError(f"{what} {path!r} contains {bad!r}, which delta-rs or Polars cannot address: "
+                         f"choose a path without it", uri=path)
+
+
 def open_root(storage: Storage, *, create: bool) -> bool:
     """Check the root before `Lake.open` touches it. Returns True when the caller is creating a new lake.
 
     Without `create`, a root that holds no lake is refused; with it, a local root is made a directory
-    (an existing non-directory, such as /dev/null, is refused either way).
+    (an existing non-directory, such as /dev/null, is refused either way). A path with a character the
+    engines cannot address, or that the filesystem refuses (a name too long), is refused (exit 2).
     """
     if not storage.is_local and not storage.root.removeprefix("s3://").strip("/"):
         raise InputError("an s3:// lake URI needs a bucket: s3://<bucket>[/<prefix>]", uri=storage.root)
+    check_lake_path(storage.root)
     if storage.is_local:
         root = storage.local_path()
-        if root.exists() and not root.is_dir():
-            raise InputError(f"lake path is not a directory: {root}", uri=str(root))
+        try:
+            if root.exists() and not root.is_dir():
+                raise InputError(f"lake path is not a directory: {root}", uri=str(root))
+        except OSError as exc:  # ENAMETOOLONG and the like: the filesystem has no such path
+            raise InputError(f"cannot use lake path {str(root)!r}: {exc.strerror or exc}", uri=str(root)) from None
     if holds_lake(storage):
         return False
     if not create:

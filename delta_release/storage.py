@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -184,15 +184,16 @@ class Storage:
         self.storage_options = s3config.resolve(root, storage_options)
         self._store: Any = None
         if root.startswith("s3://"):
-            parsed = urlparse(root)
             self.is_local = False
             self.fs: pafs.FileSystem = _s3_filesystem(self.storage_options)
-            self._base = (parsed.netloc + parsed.path).rstrip("/")
+            # as given: a `#` or `?` is part of the key (lakeroot refuses it), not a fragment or query
+            self._base = root.removeprefix("s3://").rstrip("/")
             self.root = "s3://" + self._base
         elif "://" in root and not root.startswith("file://"):
             raise InputError(f"unsupported lake URI scheme: {root!r} (use a local path or s3://)", uri=root)
         else:
-            local = Path(root.removeprefix("file://")).resolve()
+            # a file:// URI is percent-encoded (file:///tmp/my%20lake is /tmp/my lake); a path is as typed
+            local = Path(unquote(root.removeprefix("file://")) if root.startswith("file://") else root).resolve()
             self.is_local = True
             self.fs = pafs.LocalFileSystem()
             self._base = str(local)

@@ -41,7 +41,11 @@ def test_erased_subject_never_appears_after_erasure(tmp_path: Path) -> None:
     lake = dr.Lake.create(lake_dir)
     bad = json.dumps({"schema_version": 2, "order_id": SUBJECT, "position": 3, "kind": "upsert",
                       "amount_cents": 73.5, "event_day": 47}).encode() + b"\n"
-    lake.ingest(jsonl([up(SUBJECT, 1), up("ord-other", 2)]) + bad)
+    # issue 32, item 4: rejected lines that hold the id glued to other text
+    glued = b"\n".join(t.replace(b"ID", SUBJECT.encode()) for t in (
+        b"https://crm.example/orders/ID/view", b"REF#ID#END", b"customer<ID>", b"C:\\orders\\ID.pdf", b"xxIDyy",
+    )) + b"\n"
+    lake.ingest(jsonl([up(SUBJECT, 1), up("ord-other", 2)]) + bad + glued)
     assert "raw" not in lake.quarantine.rows().columns  # the ledger never holds a line's text
     erased = cli(lake_dir, "erase", SUBJECT)
     assert erased.returncode == 0, erased.stderr
@@ -51,7 +55,11 @@ def test_erased_subject_never_appears_after_erasure(tmp_path: Path) -> None:
     again.write_bytes(jsonl([up(SUBJECT, 9, amount=5), up("ord-new", 10)]) + bad.replace(b'"position": 3',
                                                                                       b'"position": 11'))
     outputs = [cli(lake_dir, "ingest", str(again)), cli(lake_dir, "replay", "--all"), cli(lake_dir, "read"),
-               cli(lake_dir, "history"), cli(lake_dir, "read", "--version", "1"), cli(lake_dir, "vacuum")]
+               cli(lake_dir, "history"), cli(lake_dir, "read", "--version", "1"), cli(lake_dir, "vacuum"),
+               cli(lake_dir, "quarantine", "--show"), cli(lake_dir, "erase", "--resume"),
+               cli(lake_dir, "vacuum", "--apply", "--retain-versions", "1", "--replay-horizon-hours", "0"),
+               cli(lake_dir, "quarantine", "--show")]
+    assert json.loads(outputs[6].stdout)["count"] >= 6
     for proc in outputs:
         assert SUBJECT not in proc.stdout + proc.stderr, proc.args
         assert key_hex not in proc.stdout + proc.stderr, proc.args

@@ -93,13 +93,36 @@ def test_safe_detail_keeps_known_forms_and_describes_the_rest() -> None:
     assert safe_detail("bad_type", f"{'ord_x'} must be an integer, got a string") == "a value has the wrong type"
 
 
-def test_matcher_finds_every_form_and_only_whole_tokens(lake: dr.Lake) -> None:
+# issue 32, item 4: the id glued to other text, in rejected lines (each is quarantined: not valid JSON)
+GLUED = {
+    "url": b"https://crm.example/orders/" + X.encode() + b"/view",
+    "ref": b"REF#" + X.encode() + b"#END",
+    "angle": b"customer<" + X.encode() + b">",
+    "windows_path": b"C:\\orders\\" + X.encode() + b".pdf",
+    "glued": b"xx" + X.encode() + b"yy",
+    "escaped_glued": b'{"note": "see ord\\u002dx\\u002d731yy"}',
+    "prefix_of_longer": X.encode() + b"0",
+}
+
+
+def test_matcher_finds_every_form_anywhere_in_the_line(lake: dr.Lake) -> None:
     lake.erasures.record(X, version=None, erased_at="2026-11-29T00:00:00Z")
     erased, key = lake.erasures.erased_subjects(), lake.erasures.subject_key
-    for name, line in NAMING.items():
-        assert names_erased_subject(line.decode(), erased, key), name
-    for text in (INNOCENT.decode(), X + "2", "x" + X, '{"order_id": "ord-x-7310"}', ""):
+    lengths = lake.erasures.id_lengths()
+    assert lengths == {len(X)}  # read back from the sealed length under the lake key
+    for name, line in {**NAMING, **GLUED}.items():
+        assert names_erased_subject(line.decode(), erased, key, lengths), name
+        assert names_erased_subject(line.decode(), erased, key), name  # lengths unknown: every length
+    for text in (INNOCENT.decode(), "ord-x-73", "ord-x-7 31", '{"order_id": "ord-x-73l"}', ""):
+        assert not names_erased_subject(text, erased, key, lengths), text
         assert not names_erased_subject(text, erased, key), text
+
+
+def test_the_ledger_seals_the_length_of_an_erased_id(lake: dr.Lake, tmp_path: Path) -> None:
+    lake.erasures.record(X, version=None, erased_at="2026-11-29T00:00:00Z")
+    entry = json.loads(next((tmp_path / "lake" / "_erasure" / "subjects").glob("*.json")).read_text())
+    assert entry["sealed_length"] != len(X) and X not in json.dumps(entry)
+    assert lake.erasures.id_lengths() == {len(X)}
 
 
 def test_issue_scenario_erase_replay_vacuum_leaves_the_id_only_in_raw(tmp_path: Path, lake: dr.Lake) -> None:
@@ -301,3 +324,27 @@ def test_ledger_uses_the_decoders_spans_when_it_sets_them(lake: dr.Lake) -> None
     lake.quarantine.write(bid, plain, lake.erasures.subject_key, data=object())  # not bytes: read from _raw/
     assert lake.quarantine.rows(bid).select("offset", "length").row(0) == (len(data) - len(INNOCENT) - 1,
                                                                            len(INNOCENT))
+
+
+def test_glued_ids_are_withheld_after_erase_replay_rollback_vacuum_and_resume(tmp_path: Path,
+                                                                              lake: dr.Lake) -> None:
+    """Issue 32, item 4: `quarantine --show` printed an erased id glued to other text in plain text."""
+    root = tmp_path / "lake"
+    lake.ingest(jsonl([up(X, 1, day=40), up("ord-keep", 2, day=41)]))
+    report = lake.ingest(b"\n".join(GLUED.values()) + b"\n" + INNOCENT + b"\n" + jsonl([up("ord-later", 3)]))
+    assert report.quarantined == len(GLUED) + 1
+    code, out = _cli(root, "quarantine", "--show")
+    assert code == 0 and X in out  # not erased yet: shown
+    lake.erase(X)
+    steps = [("replay", "--all"), ("rollback", "--to", "1", "--repair-forward"),
+             ("vacuum", "--apply", "--retain-versions", "1", "--replay-horizon-hours", "0"), ("erase", "--resume")]
+    for step in [(), *steps]:
+        if step:
+            code, out = _cli(root, *step)
+            assert code == 0 and X not in out, (step, out)
+        for args in (("quarantine", "--show"), ("quarantine", "--show", "--json")):
+            code, out = _cli(root, *args)
+            assert code == 0 and X not in out, (step, args, out)
+            assert "ord-fine-9" in out  # the innocent line is still shown
+        states = [r["text_state"] for r in quarantine_records(lake, batch_id=report.batch_id, show=True)]
+        assert states == ["withheld"] * len(GLUED) + ["shown"], step

@@ -174,3 +174,32 @@ def test_a_parent_that_moves_during_the_checks_holds_with_stale_parent(tmp_path:
     assert set(lake.read()["order_id"].to_list()).isdisjoint(HELD)
     logs_after_race = _log_hashes(root)
     assert not any(k.startswith("telemetry/") for k in logs_after_race)
+
+
+@pytest.mark.parametrize("broken_v3", [False, True])
+def test_a_parent_that_moves_while_the_run_stages_holds_with_stale_parent(tmp_path: Path, broken_v3: bool,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32, item 6: a writer commits between the run's staging and its checks. The hold is the race
+    (`stale_parent`), not a data check: the reference fold uses only the batches the candidate's parent
+    holds, so `pinned_query` passes on the staged candidate. A run held by a failed check anyway says that
+    it raced too."""
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    _base(lake)
+    real = run_mod.stage_run
+    moved: list[int | None] = []
+
+    def racing_stage(*args: Any, **kwargs: Any) -> Any:
+        staged = real(*args, **kwargs)
+        moved.append(dr.Lake.open(root).ingest(jsonl([up("ord-racer", 70, day=50)])).version)
+        return staged
+
+    monkeypatch.setattr(run_mod, "stage_run", racing_stage)
+    before = lake.latest_version("orders")
+    out = run_release(str(_config(tmp_path, [_held_batch(tmp_path)], broken_v3=broken_v3)))
+    packet = json.loads(Path(out["packet"]).read_text())
+    expected = ["schema_fixture_v3", "stale_parent"] if broken_v3 else ["stale_parent"]
+    assert out["decision"] == "hold" and out["failed_checks"] == expected, packet["reasons"]
+    assert packet["checks"]["pinned_query"]["passed"]
+    assert packet["stale_parent"] == {"expected": before, "found": before + 1}
+    assert dr.Lake.open(root).latest_version("orders") == moved[0] == before + 1  # only the racer's commit

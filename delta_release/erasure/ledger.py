@@ -122,6 +122,10 @@ class ErasureEntry:
     # the request's retention: {"raw_days": float, "backup_days": float (0: no backups)}; None before it
     # was recorded (entries of earlier versions), then the defaults apply
     retention: dict[str, float] | None = None
+    # the id's length in characters, sealed under the lake key (`ErasureLedger.seal_length`): what lets
+    # `quarantine --show` find the id inside other text by hashing only windows of that length; None in
+    # entries written before it was recorded (then every length an id may have is tried)
+    sealed_length: int | None = None
 
     @property
     def done(self) -> bool:
@@ -132,6 +136,7 @@ class ErasureEntry:
         return any(lo <= version <= hi for lo, hi in self.exposed or [])
 
 
+_LENGTH_LABEL = b"delta-release/erased-id-length/1:"
 MEMO_MAX = 1 << 18  # ids whose keyed hash stays in memory (about 40 MiB at most)
 
 
@@ -179,6 +184,24 @@ class ErasureLedger:
             subject_ids = subject_ids.to_list()
         return b"".join(map(self._digest, subject_ids))
 
+    def seal_length(self, subject_id: str) -> int:
+        """`len(subject_id)` XOR 32 bits of an HMAC of the subject's hash under the lake key (a pad of its
+        own per subject): without the key the stored number says nothing about the length, with it the
+        length is read back (`id_lengths`), and a holder of the key could as well hash guessed ids."""
+        return len(subject_id) ^ self._length_pad(self.subject_key(subject_id))
+
+    def _length_pad(self, subject: str) -> int:
+        return int.from_bytes(hmac.new(self._key, _LENGTH_LABEL + subject.encode(), hashlib.sha256).digest()[:4], "big")
+
+    def id_lengths(self) -> set[int] | None:
+        """The lengths (characters) of the erased ids, or None when an entry does not record its length."""
+        out = set()
+        for e in self.entries():
+            if e.sealed_length is None:
+                return None
+            out.add(e.sealed_length ^ self._length_pad(e.subject))
+        return out
+
     def _digest(self, subject_id: str) -> bytes:
         inner = self._inner.copy()
         inner.update(subject_id.encode("utf-8"))
@@ -217,7 +240,7 @@ class ErasureLedger:
     def record(self, subject_id: str, *, version: int | None, erased_at: str, **fields: object) -> ErasureEntry:
         """Record (or replace) the entry of `subject_id`'s subject; the id itself is hashed here."""
         entry = ErasureEntry(subject=self.subject_key(subject_id), version=version, erased_at=erased_at,
-                             **fields)  # type: ignore[arg-type]
+                             sealed_length=self.seal_length(subject_id), **fields)  # type: ignore[arg-type]
         return self.write(entry)
 
     @staticmethod

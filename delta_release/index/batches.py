@@ -60,6 +60,9 @@ class BatchIndex:
     def version_of(self, batch_id: str, *, upto: int) -> int | None:
         """The version that applied `batch_id` (its marker's content), None when no commit carries it."""
         self.catch_up(upto)
+        return self._marked_version(batch_id)
+
+    def _marked_version(self, batch_id: str) -> int | None:
         path = f"{MARKERS}/{batch_id}"
         if "/" in batch_id or batch_id.startswith(".") or not self.index.exists(path):
             return None
@@ -72,6 +75,17 @@ class BatchIndex:
         self.catch_up(version)
 
     def all(self, *, upto: int) -> set[str]:
+        """Batch ids applied by a commit at or before `upto`. Markers of later commits (a racing writer's,
+        written after its commit landed) are in the listing too: those of the commits after `upto` up to
+        the latest version read after the listing are taken out again (a release run's reference fold
+        must hold exactly what its parent holds)."""
         self.catch_up(upto)
-        return {o.path.rsplit("/", 1)[-1] for o in self.index.list(MARKERS)
-                if not o.path.rsplit("/", 1)[-1].startswith(".")}
+        found = {o.path.rsplit("/", 1)[-1] for o in self.index.list(MARKERS)
+                 if not o.path.rsplit("/", 1)[-1].startswith(".")}
+        latest = _delta.latest_version(self.uri, self.options)
+        for version in range(upto + 1, (latest if latest is not None else upto) + 1):
+            raw = _delta.version_evidence(self.uri, self.options, version)
+            for b in CommitEvidence.from_json(raw).batch_ids if raw is not None else []:
+                if b in found and (self._marked_version(b) or 0) > upto:
+                    found.discard(b)
+        return found

@@ -160,7 +160,7 @@ def _erase(lake: LakeContext, subject_id: str, table: str, *, raw_retention_days
                            already_erased=existing is not None and existing.done)
     entry = existing if existing is not None else ErasureEntry(
         subject=subject, version=None, erased_at=iso(lake.clock.now()), table=table, state="pending",
-        owner=f"{HOST_TAG}-{os.getpid()}")
+        owner=f"{HOST_TAG}-{os.getpid()}", sealed_length=ledger.seal_length(subject_id))
     if existing is None:
         entry = ledger.write(entry)  # create-only: a concurrent erasure's entry stands
     crash_point("erase.after_ledger")

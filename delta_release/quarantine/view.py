@@ -1,10 +1,11 @@
 """`quarantine [--batch ID] [--reason R] [--show]`: the ledger's records, and with `show` each line's text
-read from its raw batch. A line is withheld when its subject is erased or when its text names an erased
-subject in any way (`erasure.text.names_erased_subject`); a line whose raw batch is gone (raw retention)
-has no text to show."""
+read from its raw batch. A line is withheld whole when its subject is erased or when an erased id stands
+anywhere in its text, glued to other text or not (`erasure.text.ErasedText`); a line whose raw batch is
+gone (raw retention) has no text to show."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -65,10 +66,10 @@ def resolve_batch(lake: LakeContext, prefix: str) -> str:
 
 
 def _attach_text(lake: LakeContext, records: list[dict[str, Any]]) -> None:
-    from ..erasure.text import names_erased_subject
+    from ..erasure.text import ErasedText
 
     erased = lake.erasures.erased_subjects()
-    key = lake.erasures.subject_key
+    matcher = ErasedText(erased, lake.erasures.subject_digests, lake.erasures.id_lengths() if erased else set())
     batches: dict[str, bytes | None] = {}
     for rec in records:
         bid = rec["batch_id"]
@@ -88,7 +89,9 @@ def _attach_text(lake: LakeContext, records: list[dict[str, Any]]) -> None:
                 continue
             offset, length = spans[rec["line"] - 1]
         text = data[offset:offset + length].decode("utf-8", errors="backslashreplace")
-        if (rec["subject"] is not None and rec["subject"] in erased) or names_erased_subject(text, erased, key):
+        # withheld whole when an erased id is anywhere in it, as read or as printed (text or JSON)
+        if (rec["subject"] is not None and rec["subject"] in erased) \
+                or matcher.names_erased(text, escaped(text), json.dumps(text)):
             rec["text_state"] = WITHHELD
             continue
         rec["text"], rec["text_state"] = text, SHOWN
@@ -98,9 +101,14 @@ _UNSAFE = re.compile(r"[^\x20-\x7e\u00a0-\U0010ffff]|[\u2028\u2029\u200e\u200f\u
 TEXT_LIMIT = 300
 
 
+def escaped(text: str) -> str:
+    """`text` with control and bidi characters escaped (`\\x07`, `\\u202e`)."""
+    return _UNSAFE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
 def printable(text: str, limit: int = TEXT_LIMIT) -> str:
     """One terminal-safe line: control and bidi characters escaped, long text cut with a count."""
-    safe = _UNSAFE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+    safe = escaped(text)
     if len(safe) > limit:
         return f"{safe[:limit]}... ({len(safe) - limit} more characters)"
     return safe

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _delta
 from ..errors import InputError, NotFoundError
 from ..gateway.lake_catalog import TABLE_NAME
+from ..lakeroot import check_lake_path
 from ..storage import Storage
 from .inventory import InventoryReport, check_inventory
 from .problems import log_guard
@@ -50,6 +51,7 @@ def check_source(name: str, uri: str, options: dict[str, str]) -> None:
     none)."""
     _check_name(name)
     storage = Storage(uri, options)
+    check_lake_path(storage.root, "table path")
     with log_guard(name, None):
         version = _delta.latest_version(storage.root, options)
     if version is None:
@@ -71,6 +73,7 @@ def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
     """Gate the table at `uri` at its latest version, then catalog and publish it as `name`."""
     _check_name(name)
     storage = Storage(uri, lake.options)
+    check_lake_path(storage.root, "table path")
     if name in lake.tables:
         raise InputError(f"{name} is one of the lake's own tables; register under another name", table=name)
     existing = lake.catalog.table(name)

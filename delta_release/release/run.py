@@ -113,7 +113,7 @@ def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[s
     parent = staged.parent
     ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
                      recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
-                     batch_ids=applied_batches(lk) | set(staged.batch_ids), reports=counts["batches"])
+                     batch_ids=applied_batches(lk, upto=parent) | set(staged.batch_ids), reports=counts["batches"])
     results = []
     show.phase("checks")
     for done, name in enumerate(cfg.checks):
@@ -138,6 +138,9 @@ def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[s
         except StaleParentError as exc:  # the commit refused: nothing of the candidate became visible
             stale = {"expected": exc.expected, "found": exc.found}
             failed.append("stale_parent")
+    elif (latest := lk.latest_version("orders")) != parent:  # held anyway: say that it also raced a writer
+        stale = {"expected": parent, "found": latest}
+        failed.append("stale_parent")
     decision = "hold" if failed else "ship"
     tick(f"decision: {decision}")
     if decision == "ship":
