@@ -45,7 +45,7 @@ def _ids(report: Any) -> list[str]:
 @pytest.mark.parametrize("name", ["my lake", "lé lake"])
 def test_a_path_with_a_space_or_non_ascii_works_end_to_end(tmp_path: Path, name: str) -> None:
     root = tmp_path / name / "lake"
-    ingested = _ok(root, "ingest", str(FIXTURE))
+    ingested = _ok(root, "ingest", "--create", str(FIXTURE))
     assert ingested["accepted"] > 1 and ingested["version"] is not None
     polars = _ok(root, "read")
     duck = _ok(root, "read", "--engine", "duckdb")
@@ -67,7 +67,7 @@ def test_a_path_with_a_space_or_non_ascii_works_end_to_end(tmp_path: Path, name:
 ])
 def test_a_path_the_engines_cannot_address_is_refused_up_front(tmp_path: Path, name: str, char: str) -> None:
     root = tmp_path / name
-    for args in (("ingest", str(FIXTURE)), ("read",)):
+    for args in (("ingest", "--create", str(FIXTURE)), ("read",)):
         done = _cli(root, *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         error = json.loads(done.stdout)["error"]
@@ -78,7 +78,7 @@ def test_a_path_the_engines_cannot_address_is_refused_up_front(tmp_path: Path, n
 
 def test_a_name_longer_than_the_filesystem_allows_exits_2(tmp_path: Path) -> None:
     root = tmp_path / ("x" * 256)
-    for args in (("ingest", str(FIXTURE)), ("read",)):
+    for args in (("ingest", "--create", str(FIXTURE)), ("read",)):
         done = _cli(root, *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert "cannot use lake path" in json.loads(done.stdout)["error"]["message"]
@@ -112,7 +112,7 @@ def test_register_takes_a_table_at_such_a_path_or_refuses_it(tmp_path: Path, nam
 
     write_deltalake(str(tmp_path / name), pa.table({"a": [1, 2], "p": ["x", "y"]}), partition_by=["p"])
     root = tmp_path / "lake"
-    done = _cli(root, "register", "ext", str(tmp_path / name))
+    done = _cli(root, "register", "--create", "ext", str(tmp_path / name))
     assert done.returncode == code, done.stdout + done.stderr
     if code == 2:  # before: registered, then `status` exited 1 (delta-rs lists no history under '#')
         assert repr("#") in json.loads(done.stdout)["error"]["message"] and not root.exists()
