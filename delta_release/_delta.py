@@ -570,7 +570,13 @@ class _FilePaths(DeltaTable):
         return out
 
     def file_uris(self, partition_filters: Any = None, **kwargs: Any) -> list[str]:
-        return [unquote(u) for u in super().file_uris(partition_filters, **kwargs)]
+        # Only the table root is encoded: the part below it is the log's path as stored on disk, where a
+        # writer's own escapes are literal (Spark's `as_timestamp=2021-09-08 11%3A11%3A11/`), so decoding
+        # the whole URI would name a file that does not exist.
+        root = self.table_uri.removeprefix("file://")
+        plain = unquote(root)
+        return [plain + u[len(root):] if u.startswith(root) else u
+                for u in super().file_uris(partition_filters, **kwargs)]
 
 
 def _log_entry_lines(uri: str, options: dict[str, str], version: int) -> list[str] | None:

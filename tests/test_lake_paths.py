@@ -121,3 +121,20 @@ def test_register_takes_a_table_at_such_a_path_or_refuses_it(tmp_path: Path, nam
     rows = _ok(root, "read", "--table", "ext")["rows"]
     assert sorted(r["a"] for r in rows) == [1, 2]
     assert _ok(root, "read", "--table", "ext", "--engine", "duckdb")["rows"] == rows
+
+
+@pytest.mark.parametrize("table", ["data-reader-partition-values", "data-reader-escaped-chars"])
+def test_a_writers_own_escapes_below_an_encoded_root_stay_literal(tmp_path: Path, table: str) -> None:
+    """Only the root of a table's file URIs is decoded: Spark's partition folders hold literal escapes
+    (`as_timestamp=2021-09-08 11%3A11%3A11/`), which a decode of the whole URI turned into `:` (no such
+    file, and every Polars read of such a table refused)."""
+    import shutil
+
+    from delta_release import _delta
+
+    src = Path(__file__).parent / "data" / "conformance" / "kernel" / table / "delta"
+    root = tmp_path / "my lake" / table
+    shutil.copytree(src, root)
+    uris = _delta.file_uris(str(root), {}, 0)
+    assert uris and all(Path(u).is_file() for u in uris), [u for u in uris if not Path(u).is_file()]
+    assert any("%" in u for u in uris) or table == "data-reader-escaped-chars"
