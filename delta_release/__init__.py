@@ -6,6 +6,7 @@ from .erasure.erase import ErasureReport  # noqa: E402
 from .erasure.ledger import ErasureKeyError  # noqa: E402
 from .erasure.pending import PendingItem  # noqa: E402
 from .errors import (
+    CatalogIntegrityError,
     ConfigError,
     DeltaReleaseError,
     ErasureExposureError,
@@ -30,7 +31,7 @@ from .maintenance.vacuum import VacuumReport  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
+    "CatalogIntegrityError", "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
     "GenerationConflictError", "InputError", "Lake", "NotFoundError", "ReconciliationError", "SafetyError",
     "StaleParentError", "__version__", "LakeNotFoundError", "VacuumedVersionError",
     "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",

@@ -24,8 +24,9 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     """Move every table entry and publication of a SQLite catalog into the lake-resident catalog.
 
     Create-only and idempotent: a second run moves nothing. Generation numbers are kept; a generation
-    present in both with different content is refused (exit 3). The SQLite file is left in place; from
-    now on the lake uses its lake-resident catalog (unless DELTA_RELEASE_CATALOG says otherwise).
+    present in both with different content is refused (exit 3). The lake switches to its lake-resident
+    catalog only at the end, once every publication is copied and verified: a killed run leaves it on SQLite
+    and a rerun completes it. The SQLite file is left in place (unless DELTA_RELEASE_CATALOG says otherwise).
     """
     from ..erasure.ledger import load_key
     from ..errors import InputError
@@ -33,7 +34,6 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     from ..gateway.lake_catalog import (
         CATALOG_ENV,
         SQLITE_PATH,
-        LakeCatalog,
         check_own_catalog,
         migrate_catalog,
         not_a_catalog,
@@ -61,7 +61,7 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     sqlite = SqliteCatalog(path)
     check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from",
                       compare_digest=True)
-    report = migrate_catalog(sqlite, LakeCatalog(storage))
+    report = migrate_catalog(sqlite, storage)
     lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
              f"{report['present']} already there"]
     for t in report["tables"]:
