@@ -149,6 +149,32 @@ def test_a_bucket_record_cannot_send_the_writer_to_the_local_disk(store: Store, 
     assert store.keys() == lake_before
 
 
+@pytest.mark.parametrize("damage", ["outside", "kind", "truncated"])
+def test_catalog_repair_points_the_table_back_into_the_lake(store: Store, tmp_path: Path, damage: str) -> None:
+    """The repair the refusal names: `catalog repair` writes the entry the table definition says (a new
+    revision: the refused record stays as history), and the writer then writes inside the lake only."""
+    victim = _aged_victim(tmp_path)
+    before = _tree(victim)
+    if damage == "truncated":
+        _truncate(store, TABLE_KEY)
+    else:
+        store.put(TABLE_KEY, _record(store, TABLE_KEY, **({"location": str(victim)} if damage == "outside"
+                                                          else {"kind": "registered"})))
+    code, out = cli(store.uri, "read", env=store.env)
+    assert code == 3 and "catalog repair" in out["error"]["repair"], out
+    code, out = cli(store.uri, "catalog", "repair", env=store.env)
+    assert code == 0 and [r["table"] for r in out["repaired"]] == ["orders"], out
+    assert TABLE_KEY in str(out["repaired"][0]["refused"])
+    assert cli(store.uri, "catalog", "repair", env=store.env)[1]["repaired"] == []  # nothing left to repair
+    (tmp_path / "b.jsonl").write_bytes(jsonl([up("d", 4)]))
+    code, out = cli(store.uri, "ingest", str(tmp_path / "b.jsonl"), env=store.env)
+    assert code == 0, out
+    code, out = cli(store.uri, "read", env=store.env)
+    assert code == 0 and sorted(r["order_id"] for r in out["rows"]) == ["a", "b", "c", "d"]
+    assert f"_catalog/tables/orders/{2:020d}.json" in store.keys()
+    assert _tree(victim) == before
+
+
 @pytest.mark.parametrize("location", ["../elsewhere/orders", "orders/../../x", "_erasure", "", ".", "_catalog/x",
                                       "telemetry", "telemetry/orders", "/etc", "s3://other-bucket/lake/orders",
                                       "file:///tmp/x", "o\nrders"])

@@ -73,6 +73,33 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     emit(opts, report, "\n".join(lines))
 
 
+@catalog.command()
+@command_options
+def repair(opts: Options) -> None:
+    """Point each of the lake's own tables back at its folder in the lake.
+
+    A table entry that names a location outside the lake, another kind, or that cannot be read is refused
+    by every command (exit 3); this writes the entry the table definition says (a new revision on the lake
+    catalog, the row replaced in SQLite) and touches nothing else. Publications are never rewritten here.
+    """
+    from ..erasure.ledger import load_key
+    from ..gateway.lake_catalog import catalog_for, describe_catalog
+    from ..gateway.locations import repair_entries
+    from ..lakeroot import open_root
+    from ..storage import Storage
+    from ..tables import DEFAULT_TABLES_DIR, load_table_defs
+
+    storage = Storage(opts.lake, lake_options(opts))
+    open_root(storage, create=False)
+    load_key(storage, create=False)
+    cat = catalog_for(storage)
+    own = {t.name: (t.kind, t.location or t.name) for t in load_table_defs(DEFAULT_TABLES_DIR).values()}
+    repaired = repair_entries(cat, storage, own)
+    lines = [f"repaired {len(repaired)} table entr{'y' if len(repaired) == 1 else 'ies'} in {describe_catalog(cat)}"]
+    lines += [f"  {r['table']}: -> {r['location']} ({r['kind']}), was {r['refused']}" for r in repaired]
+    emit(opts, {"catalog": describe_catalog(cat), "repaired": repaired}, "\n".join(lines))
+
+
 def _ranges(gens: list[int]) -> str:
     if not gens:
         return "none"

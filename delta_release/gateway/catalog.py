@@ -40,6 +40,7 @@ class Publication:
 class Catalog(Protocol):
     def register(self, name: str, *, location: str, kind: str) -> TableEntry: ...
     def set_location(self, name: str, location: str) -> None: ...
+    def reset_table(self, name: str, *, location: str, kind: str) -> None: ...
     def table(self, name: str) -> TableEntry | None: ...
     def tables(self) -> list[TableEntry]: ...
     def current(self, name: str) -> Publication | None: ...
@@ -134,6 +135,11 @@ class SqliteCatalog:
             if con.execute("UPDATE tables SET location = ? WHERE name = ?", (location, name)).rowcount != 1:
                 raise NotFoundError(f"table {name} is not in the catalog", table=name)
 
+    def reset_table(self, name: str, *, location: str, kind: str) -> None:
+        """Replace the table's entry, whatever it holds (`catalog repair`)."""
+        with self._tx() as con:
+            con.execute("INSERT OR REPLACE INTO tables VALUES (?, ?, ?)", (name, location, kind))
+
     def table(self, name: str) -> TableEntry | None:
         with self._tx() as con:
             row = con.execute("SELECT name, location, kind FROM tables WHERE name = ?", (name,)).fetchone()
@@ -199,6 +205,10 @@ class MemoryCatalog:
             if entry is None:
                 raise NotFoundError(f"table {name} is not in the catalog", table=name)
             self._tables[name] = TableEntry(name=name, location=location, kind=entry.kind)
+
+    def reset_table(self, name: str, *, location: str, kind: str) -> None:
+        with self._lock:
+            self._tables[name] = TableEntry(name=name, location=location, kind=kind)
 
     def table(self, name: str) -> TableEntry | None:
         with self._lock:

@@ -86,7 +86,8 @@ def _load(data: bytes, path: str, fmt: str, repair: str = RESTORE) -> dict[str, 
     return record
 
 
-def _field(record: Mapping[str, Any], key: str, kind: type, path: str, *, optional: bool = False) -> Any:
+def _field(record: Mapping[str, Any], key: str, kind: type, path: str, *, optional: bool = False,
+           repair: str = RESTORE) -> Any:
     """`record[key]` when it has the JSON type `kind` (an int is never a bool, never a float), else
     CatalogFormatError naming the object."""
     value = record.get(key)
@@ -95,7 +96,7 @@ def _field(record: Mapping[str, Any], key: str, kind: type, path: str, *, option
     if isinstance(value, kind) and not isinstance(value, bool) and (not isinstance(value, int) or 0 <= value < 1 << 63):
         return value
     raise CatalogFormatError(f"catalog object {path} is damaged: {key} is {str(value)[:40]!r}", path=path,
-                             repair=RESTORE)
+                             repair=repair)
 
 
 class LakeCatalog:
@@ -158,12 +159,14 @@ class LakeCatalog:
             return None
         path = records[-1].path
         uri, revision = self.storage.uri(path), _number(path)
-        rec = _load(self._read(path), uri, TABLE_FORMAT)
-        if _field(rec, "name", str, uri) != name or _field(rec, "revision", int, uri) != revision:
+        repair = f"`delta-release --lake {self.storage.root} catalog repair` writes the entry of {name} anew"
+        rec = _load(self._read(path), uri, TABLE_FORMAT, repair)
+        if (_field(rec, "name", str, uri, repair=repair) != name
+                or _field(rec, "revision", int, uri, repair=repair) != revision):
             raise CatalogFormatError(f"catalog object {uri} is damaged: it says table {str(rec['name'])[:80]!r} "
-                                     f"revision {rec['revision']}", path=uri, repair=RESTORE)
-        return revision, TableEntry(name=name, location=_field(rec, "location", str, uri),
-                                    kind=_field(rec, "kind", str, uri), origin=uri)
+                                     f"revision {rec['revision']}", path=uri, repair=repair)
+        return revision, TableEntry(name=name, location=_field(rec, "location", str, uri, repair=repair),
+                                    kind=_field(rec, "kind", str, uri, repair=repair), origin=uri)
 
     def _create_table_revision(self, name: str, revision: int, location: str, kind: str) -> bool:
         self._mark()
@@ -187,6 +190,17 @@ class LakeCatalog:
                 raise NotFoundError(f"table {name} is not in the catalog", table=name)
             revision, entry = latest
             if self._create_table_revision(name, revision + 1, location, entry.kind):
+                return
+        raise GenerationConflictError(name, None, None)
+
+    def reset_table(self, name: str, *, location: str, kind: str) -> None:
+        """A new revision with `location` and `kind`, whatever the newest one holds (`catalog repair`: a
+        damaged or refused record stays as history; the new one is the entry from now on)."""
+        prefix = f"{TABLES}/{self._check(name)}"
+        for _ in range(100):
+            numbers = [_number(o.path) for o in self.storage.list_after(prefix)
+                       if _RECORD_KEY.fullmatch(o.path[len(prefix) + 1:])]
+            if self._create_table_revision(name, max(numbers, default=0) + 1, location, kind):
                 return
         raise GenerationConflictError(name, None, None)
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 from ..errors import CatalogIntegrityError
 from ..storage import Storage
-from .catalog import TableEntry
+from .catalog import Catalog, TableEntry
 
 REGISTERED = "registered"
 
@@ -81,8 +81,8 @@ def table_location(storage: Storage, entry: TableEntry, *, own: Mapping[str, tup
     not (nothing is read or written there). `own`: each of the lake's own tables -> (kind, default
     location relative to the root)."""
     where = entry.origin or f"the catalog's entry of table {entry.name}"
-    repair = (f"point {entry.name} back at its folder in the lake (`delta-release catalog repair`), or restore "
-              f"{where} from a backup")
+    repair = (f"`delta-release --lake {storage.root} catalog repair` points {entry.name} back at its folder in "
+              "the lake")
     if entry.name in own:
         kind, default = own[entry.name]
         if entry.kind != kind:
@@ -112,5 +112,25 @@ def table_location(storage: Storage, entry: TableEntry, *, own: Mapping[str, tup
         f"catalog object {where} names location {str(location)[:300]!r} (kind {entry.kind!r}) for table "
         f"{entry.name}: a registered table must be an absolute {'s3://' if not storage.is_local else 'local'} "
         "location without '..'; any other table must be inside the lake", path=where,
-        repair=f"register the table again (`delta-release register {entry.name} URI`) or restore {where}",
+        repair=f"restore {where} from a backup of the lake",
         table=entry.name, location=str(location)[:300])
+
+
+def repair_entries(catalog: Catalog, storage: Storage,
+                   own: Mapping[str, tuple[str, str]]) -> list[dict[str, str | None]]:
+    """`catalog repair`: every own table whose entry is refused (a location outside the lake, another
+    kind, a damaged record) gets its definition's location and kind back (a new revision on the lake
+    catalog, the row replaced in SQLite). Returns what it repaired; entries that pass are left alone."""
+    repaired: list[dict[str, str | None]] = []
+    for name, (kind, default) in sorted(own.items()):
+        try:
+            entry = catalog.table(name)
+            if entry is None:
+                continue
+            table_location(storage, entry, own=own)
+            continue
+        except CatalogIntegrityError as exc:
+            was = exc.path
+        catalog.reset_table(name, location=default, kind=kind)
+        repaired.append({"table": name, "location": default, "kind": kind, "refused": was})
+    return repaired
