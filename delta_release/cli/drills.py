@@ -82,7 +82,7 @@ def erasure(opts: Options) -> None:
 @drill.command("crash")
 @command_options
 def crash(opts: Options) -> None:
-    """SIGKILL every writer (ingest, replay, erase, rollback, vacuum, publish, run) at each step; check, rerun."""
+    """SIGKILL every writer (ingest, replay, erase, rollback, vacuum, publish, run, migrate) at each step; rerun."""
     from ..drills.crash import run_crash_drill
 
     emit_drill(opts, _timed("crash", lambda: run_crash_drill(opts.lake)), "crash")
