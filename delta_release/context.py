@@ -182,26 +182,28 @@ class LakeContext:
     def published(self, name: str) -> Publication | None:
         """The catalog's current publication of a table (what readers get), verified, or None."""
         pub = self.publisher.current(name)
-        if pub is not None and name in self.tables and self.tables[name].kind == "delta":
-            self.verify_publication(name, pub, self.table_uri(name))
+        if pub is not None:
+            self.verify_publication(name, pub)
         return pub
 
-    def verify_publication(self, name: str, pub: Publication, uri: str) -> None:
-        """A publication of one of our Delta tables is checked against the lake's commit digests before it is
-        used (once per generation and location): a record rewritten to another version is refused
-        (CatalogIntegrityError, exit 3), never served. Other tables' publications carry no commit digest."""
+    def verify_publication(self, name: str, pub: Publication, uri: str | None = None) -> None:
+        """A publication of one of our Delta tables (at `uri`, default: the catalog's) is checked against the
+        lake's commit digests before it is used, once per generation: a record rewritten to another version
+        is refused (CatalogIntegrityError, exit 3), never served. Other tables' publications carry no commit
+        digest."""
         tdef = self.tables.get(name)
-        done: set[tuple[str, int, str]] = self.__dict__.setdefault("_verified_publications", set())
-        if tdef is None or tdef.kind != "delta" or (name, pub.generation, uri) in done:
+        done: set[tuple[str, int, int, str]] = self.__dict__.setdefault("_verified_publications", set())
+        key = (name, pub.generation, pub.version, pub.digest)
+        if tdef is None or tdef.kind != "delta" or key in done:
             return
-        if not commit_agrees(uri, self.options, pub):
+        if not commit_agrees(uri or self.table_uri(name), self.options, pub):
             where = pub.origin or f"the catalog's publication {pub.generation} of {name}"
             raise CatalogIntegrityError(
                 f"catalog object {where} publishes {name} version {pub.version} with digest {pub.digest[:64]!r}, "
                 f"which is not the digest of the table's commit at version {pub.version}", path=where,
                 repair="restore it from a backup of the lake", table=name, generation=pub.generation,
                 version=pub.version)
-        done.add((name, pub.generation, uri))
+        done.add(key)
 
     def publish_version(self, name: str, version: int, *, digest: str, label: str | None = None) -> Publication:
         """Point the catalog at `version` (compare-and-swap; never moves a table backwards by accident)."""

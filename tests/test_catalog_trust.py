@@ -243,6 +243,8 @@ def test_a_registered_table_may_live_elsewhere_read_only(tmp_path: Path, monkeyp
         code, out = cli(str(root), *args)
         assert code == 2, (args, out)
     assert _tree(tmp_path / "other" / "orders") == before
+    code, out = cli(str(root), "register", "far", "s3://bucket/t")  # not the lake's kind of store: refused
+    assert code == 2 and "kind of store" in out["error"]["message"], out
 
 
 # -- 2. catalog objects are verified -----------------------------------------------------------------

@@ -77,9 +77,9 @@ class SqliteCatalog:
                 con.executescript(_DDL)
             finally:
                 con.close()
-        except sqlite3.OperationalError:
-            raise
         except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
             raise _damaged(path, exc) from None
 
     @contextmanager
@@ -100,9 +100,9 @@ class SqliteCatalog:
                 con.execute("COMMIT")
             finally:
                 con.close()
-        except sqlite3.OperationalError:
-            raise
         except sqlite3.DatabaseError as exc:  # a damaged file (truncated, garbled): refused, never exit 1
+            if type(exc) is not sqlite3.DatabaseError:  # (locked, constraint...: not damage)
+                raise
             raise _damaged(self.path, exc) from None
 
     @contextmanager
