@@ -265,8 +265,7 @@ class LakeCatalog:
             if hint is not None and generation == first and data != hint[0]:
                 raise CatalogFormatError(f"catalog object {uri} differs from its copy {self.storage.uri(pointer)}: "
                                          "one of them was rewritten", path=uri, repair=RESTORE, table=name)
-        pub = self._pub(_load(data, uri, PUBLICATION_FORMAT), uri, name, generation)
-        return pub
+        return self._pub(_load(data, uri, PUBLICATION_FORMAT), uri, name, generation)
 
     def publications(self, name: str) -> list[Publication]:
         """Every publication, oldest first, each checked against its name; generations 1, 2, ... without a
@@ -376,9 +375,9 @@ def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str, compare_
     current = catalog.current(DEFAULT_TABLE)
     if current is not None:
         if compare_digest and not commit_agrees(uri, storage.storage_options, current):
-                raise InputError(f"the catalog ({describe_catalog(catalog)}) publishes {DEFAULT_TABLE} version "
-                                 f"{current.version} with a commit digest this lake's version {current.version} does "
-                                 f"not have: it is another lake's catalog; {hint}", uri=storage.root)
+            raise InputError(f"the catalog ({describe_catalog(catalog)}) publishes {DEFAULT_TABLE} version "
+                             f"{current.version} with a commit digest this lake's version {current.version} does "
+                             f"not have: it is another lake's catalog; {hint}", uri=storage.root)
         return
     latest = _delta.latest_version(uri, storage.storage_options)
     if latest:  # (0 or None: no commit beyond the empty table, nothing to hide)
