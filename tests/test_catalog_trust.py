@@ -273,6 +273,8 @@ TAMPERINGS: dict[str, tuple[Callable[[Store], None], str, tuple[str, ...]]] = {
                                      .replace(b"1e+308", b"1e999")), pub_key(3), ("read", "status", "ingest")),
     "stray zzz.json": (lambda s: s.put("_catalog/publications/orders/zzz.json", s.get(pub_key(3))),
                        "_catalog/publications/orders/zzz.json", ("read", "history", "status", "ingest")),
+    "stray table record": (lambda s: s.put("_catalog/tables/orders/zzz.json", s.get(TABLE_KEY)),
+                           "_catalog/tables/orders/zzz.json", ("read", "status", "ingest")),
     "truncated table record": (lambda s: _truncate(s, TABLE_KEY), TABLE_KEY, ("read", "history", "status", "ingest")),
     "deleted newest publication": (lambda s: s.delete(pub_key(3)), pub_key(3), ("read", "status", "ingest")),
     "deleted middle publication": (lambda s: s.delete(pub_key(2)), pub_key(2), ("history",)),
