@@ -6,6 +6,7 @@ from .api_checks import UnknownSubjectError  # noqa: E402
 from .erasure.ledger import ErasureKeyError  # noqa: E402
 from .erasure.records import PendingItem  # noqa: E402
 from .errors import (
+    CatalogIntegrityError,
     ConfigError,
     DeltaReleaseError,
     ErasureExposureError,
@@ -29,7 +30,7 @@ from .maintenance.rollback import RollbackReport  # noqa: E402
 from .maintenance.vacuum import VacuumReport  # noqa: E402
 
 __all__ = [
-    "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
+    "CatalogIntegrityError", "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
     "GenerationConflictError", "InputError", "Lake", "NotFoundError", "ReconciliationError", "SafetyError",
     "StaleParentError", "__version__", "LakeNotFoundError", "VacuumedVersionError",
     "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",

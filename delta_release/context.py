@@ -25,10 +25,12 @@ from . import _delta
 from .clock import Clock, iso
 from .erasure.ledger import ErasureEntry
 from .erasure.records import Lineage, PendingItem
-from .errors import GenerationConflictError, InputError, NotFoundError
+from .errors import CatalogIntegrityError, GenerationConflictError, InputError, NotFoundError
 from .faults import crash_point
 from .gateway.cache import CachedTable, Requests
-from .gateway.catalog import Catalog, Publication
+from .gateway.catalog import Catalog, Publication, TableEntry
+from .gateway.lake_catalog import commit_agrees
+from .gateway.locations import table_location
 from .retention import BACKUP_EXPIRY_DAYS, RAW_RETENTION_DAYS
 from .storage import Storage
 from .tables import TableDef
@@ -168,8 +170,15 @@ class LakeContext:
         return table.location or table.name
 
     def resolve_location(self, location: str) -> str:
-        """A catalog location as a URI: relative locations are inside this lake's root."""
+        """A table definition's location as a URI: relative locations are inside this lake's root."""
         return self.storage.location_uri(location)
+
+    def entry_uri(self, entry: TableEntry) -> str:
+        """The URI a catalog entry names, confined (gateway/locations.py): every location read from the
+        catalog becomes a URI here, before anything is read or written there; CatalogIntegrityError (exit 3)
+        for one outside the lake."""
+        own = {n: (t.kind, self.default_location(t)) for n, t in self.tables.items()}
+        return table_location(self.storage, entry, own=own)
 
     def table_def(self, name: str) -> TableDef:
         """The definition of a table we write (table_defs/*.yaml); NotFoundError / InputError otherwise."""
@@ -186,7 +195,7 @@ class LakeContext:
         entry = self.catalog.table(name)
         if entry is None:
             raise NotFoundError(f"table {name!r} is not in the catalog", table=name)
-        return self.resolve_location(entry.location)
+        return self.entry_uri(entry)
 
     def table_roots(self) -> list[str]:
         """The root URI of every table we write: where the catalog points (a table moved outside the lake
@@ -195,7 +204,7 @@ class LakeContext:
         for name in self.tables:
             entry = self.catalog.table(name)
             if entry is not None:
-                roots.add(self.resolve_location(entry.location))
+                roots.add(self.entry_uri(entry))
         return sorted(roots)
 
     def table_storage(self, name: str) -> Storage:
@@ -219,8 +228,30 @@ class LakeContext:
 
     # -- publication -----------------------------------------------------------------------------
     def published(self, name: str) -> Publication | None:
-        """The catalog's current publication of a table (what readers get), or None."""
-        return self.publisher.current(name)
+        """The catalog's current publication of a table (what readers get), verified, or None."""
+        pub = self.publisher.current(name)
+        if pub is not None:
+            self.verify_publication(name, pub)
+        return pub
+
+    def verify_publication(self, name: str, pub: Publication, uri: str | None = None) -> None:
+        """A publication of one of our Delta tables (at `uri`, default: the catalog's) is checked against the
+        lake's commit digests before it is used, once per generation: a record rewritten to another version
+        is refused (CatalogIntegrityError, exit 3), never served. Other tables' publications carry no commit
+        digest."""
+        tdef = self.tables.get(name)
+        done: set[tuple[str, int, int, str]] = self.__dict__.setdefault("_verified_publications", set())
+        key = (name, pub.generation, pub.version, pub.digest)
+        if tdef is None or tdef.kind != "delta" or key in done:
+            return
+        if not commit_agrees(uri or self.table_uri(name), self.options, pub):
+            where = pub.origin or f"the catalog's publication {pub.generation} of {name}"
+            raise CatalogIntegrityError(
+                f"catalog object {where} publishes {name} version {pub.version} with digest {pub.digest[:64]!r}, "
+                f"which is not the digest of the table's commit at version {pub.version}", path=where,
+                repair="restore it from a backup of the lake", table=name, generation=pub.generation,
+                version=pub.version)
+        done.add(key)
 
     def publish_version(self, name: str, version: int, *, digest: str, label: str | None = None) -> Publication:
         """Point the catalog at `version` (compare-and-swap; never moves a table backwards by accident)."""

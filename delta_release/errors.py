@@ -114,6 +114,17 @@ class VacuumedVersionError(SafetyError):
     """A pinned version whose data files a vacuum removed: it can no longer be read or restored."""
 
 
+class CatalogIntegrityError(SafetyError):
+    """A catalog object is not what the lake wrote: damaged, missing, stray, out of its generation chain,
+    disagreeing with the lake's commits, or naming a table location outside the lake (exit 3). Facts:
+    `path` (the object), `repair` (what to run or do to repair it), `table` when known."""
+
+    def __init__(self, message: str, *, path: str, repair: str, **facts: Any) -> None:
+        super().__init__(f"{message}; repair: {repair}", path=path, repair=repair, **facts)
+        self.path = path
+        self.repair = repair
+
+
 class GenerationConflictError(SafetyError):
     """A publisher's expected catalog generation is no longer current (compare-and-swap failed)."""
 

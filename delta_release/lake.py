@@ -21,9 +21,10 @@ from .context import CatalogPublisher, LakeContext
 from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
 from .erasure.records import PendingItem
-from .errors import InputError
+from .errors import ConfigError, InputError
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
+from .gateway.locations import inside
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
@@ -116,6 +117,10 @@ class Lake(LakeContext):
                         lake.catalog.path.parent.rmdir()  # only when empty
                 raise
         for table in lake.tables.values():
+            if inside(storage, lake.default_location(table)) is None:  # the rule every catalog location obeys
+                raise ConfigError(f"table {table.name}: location {table.location!r} is not a folder of its own "
+                                  f"inside the lake {storage.root}", file=f"table_defs/{table.name}.yaml",
+                                  key="location")
             lake.catalog.register(table.name, location=lake.default_location(table), kind=table.kind)
         default = lake.tables[DEFAULT_TABLE]
         _delta.create_table(lake.table_uri(DEFAULT_TABLE), storage.storage_options, default.arrow_schema(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,71 @@ def test_another_lakes_catalog_is_refused_by_its_commit_digest(tmp_path: Path, m
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
     own = cli(str(tmp_path / "lake"), "read", env={CATALOG_ENV: str(root.catalog.path)})  # its own, named: fine
     assert own.returncode == 0 and [r["order_id"] for r in json.loads(own.stdout)["rows"]] == ["a"]
+
+
+KILL_POINTS = ("migrate.after_table", "migrate.after_publication", "storage.after_temp:_catalog",
+               "migrate.before_marker")
+
+
+def _killed_migrate(lake: str, point: str, env: dict[str, str] | None = None, *args: str) -> None:
+    from delta_release.faults import CRASH_ENV
+
+    proc = cli(lake, "catalog", "migrate", *args, env={**(env or {}), CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, (point, proc.stdout, proc.stderr)
+
+
+def _read_ids(lake: str, env: dict[str, str] | None = None) -> list[str]:
+    out = cli(lake, "read", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return sorted(r["order_id"] for r in json.loads(out.stdout)["rows"])
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_killed_migration_leaves_readers_on_sqlite_and_reruns_to_completion(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    """`catalog migrate` wrote `_catalog/format.json` first: killed mid-way, every reader answered from the
+    half-copied lake catalog (1 row of 8), and once an ingest landed there the rerun failed forever
+    (GenerationConflictError). Now the marker is written last: killed at any step (a real SIGKILL), readers
+    still answer from SQLite, an ingest lands there, and the rerun copies everything and switches."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    for i in range(4):
+        lake.ingest(jsonl([up(f"o{i}a", 2 * i + 1, day=40 + i), up(f"o{i}b", 2 * i + 2, day=41 + i)]))
+    everything = _read_ids(str(root))
+    assert len(everything) == 8
+    _killed_migrate(str(root), point)
+    assert not (root / "_catalog" / "format.json").exists()
+    assert _read_ids(str(root)) == everything  # from SQLite: never the half-copied catalog
+    (tmp_path / "late.jsonl").write_bytes(jsonl([up("late", 20, day=50)]))
+    landed = cli(str(root), "ingest", str(tmp_path / "late.jsonl"))
+    assert landed.returncode == 0, landed.stdout + landed.stderr
+    rerun = cli(str(root), "catalog", "migrate")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    sqlite = SqliteCatalog(root / "_catalog" / "catalog.sqlite")
+    reopened = dr.Lake.open(root)
+    assert isinstance(reopened.catalog, LakeCatalog)
+    assert pubs(reopened.catalog) == pubs(sqlite) and len(pubs(sqlite)) == 6
+    assert _read_ids(str(root)) == sorted([*everything, "late"])
+
+
+@pytest.mark.integration
+def test_a_killed_migration_of_an_s3_lake_is_refused_until_rerun(s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An s3:// lake reads its lake catalog by default; a half-copied one (records, no format.json) is
+    refused (exit 3 naming format.json and the rerun), never answered from; the rerun completes it."""
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    uri = f"s3://{s3server.new_bucket()}/lake"
+    sqlite = tmp_path / "catalog.sqlite"
+    lake = dr.Lake.create(uri, storage_options=s3server.options, catalog=SqliteCatalog(sqlite))
+    lake.ingest(jsonl([up("a", 1), up("b", 2, day=48)]))
+    lake.ingest(jsonl([up("c", 3)]))
+    _killed_migrate(uri, "migrate.after_publication", s3server.options, "--from", "sqlite", str(sqlite))
+    out = cli(uri, "read", env=s3server.options)
+    assert out.returncode == 3, out.stdout + out.stderr
+    err = json.loads(out.stdout)["error"]
+    assert err["path"].endswith("_catalog/format.json") and "catalog migrate" in err["repair"]
+    assert _read_ids(uri, {**s3server.options, CATALOG_ENV: str(sqlite)}) == ["a", "b", "c"]
+    rerun = cli(uri, "catalog", "migrate", "--from", "sqlite", str(sqlite), env=s3server.options)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert _read_ids(uri, s3server.options) == ["a", "b", "c"]

@@ -85,7 +85,7 @@ def test_declared_points_reads_the_code(tmp_path: Path) -> None:
 
 def test_matrix_covers_every_writer_and_the_generic_points() -> None:
     names = {w.name: {p.name for p in w.points} for w in WRITERS}
-    assert set(names) == {"ingest", "replay", "erase", "rollback", "vacuum", "publish", "run"}
+    assert set(names) == {"ingest", "replay", "erase", "rollback", "vacuum", "publish", "run", "migrate"}
     generic = {"commit.during", "ingest.after_commit", "ingest.after_publish"}
     for writer in ("ingest", "replay", "erase", "rollback", "publish"):
         assert generic <= names[writer], writer
@@ -95,6 +95,7 @@ def test_matrix_covers_every_writer_and_the_generic_points() -> None:
         assert {"stage.after_first_file", "ingest.after_staging", "ingest.after_gate"} <= names[writer]
     assert {"run.after_stage", "run.before_ship_commit", "run.after_ship_commit"} <= names["run"]
     assert "erase.after_ledger" in names["erase"] and "vacuum.after_first_remove" in names["vacuum"]
+    assert {"migrate.after_table", "migrate.after_publication", "migrate.before_marker"} <= names["migrate"]
     assert any(n.startswith("storage.after_temp:") for n in names["ingest"])
 
 

@@ -105,7 +105,7 @@ def test_a_changed_location_is_caught_with_a_stale_cache(lake: dr.Lake, tmp_path
     for reader in (refresh, strict):
         reader.read()
     old = lake.table_uri("orders")
-    new = str(tmp_path / "relocated" / "orders")
+    new = str(tmp_path / "lake" / "relocated" / "orders")  # (inside the lake: locations are confined)
     shutil.copytree(old, new)
     lake.catalog.set_location("orders", new)
     # the new location moves on; the old copy still answers, with the old rows
@@ -121,7 +121,7 @@ def test_a_changed_location_is_caught_with_a_stale_cache(lake: dr.Lake, tmp_path
 def test_location_change_alone_is_stale(lake: dr.Lake, tmp_path: Path) -> None:
     strict = dr.Lake.open(tmp_path / "lake", freshness="error")
     strict.read()
-    new = str(tmp_path / "moved")
+    new = str(tmp_path / "lake" / "moved")
     shutil.copytree(lake.table_uri("orders"), new)
     lake.catalog.set_location("orders", new)
     with pytest.raises(FreshnessError, match="location changed"):

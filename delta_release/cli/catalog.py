@@ -24,8 +24,9 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     """Move every table entry and publication of a SQLite catalog into the lake-resident catalog.
 
     Create-only and idempotent: a second run moves nothing. Generation numbers are kept; a generation
-    present in both with different content is refused (exit 3). The SQLite file is left in place; from
-    now on the lake uses its lake-resident catalog (unless DELTA_RELEASE_CATALOG says otherwise).
+    present in both with different content is refused (exit 3). The lake switches to its lake-resident
+    catalog only at the end, once every publication is copied and verified: a killed run leaves it on SQLite
+    and a rerun completes it. The SQLite file is left in place (unless DELTA_RELEASE_CATALOG says otherwise).
     """
     from ..erasure.ledger import load_key
     from ..errors import InputError
@@ -33,7 +34,6 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     from ..gateway.lake_catalog import (
         CATALOG_ENV,
         SQLITE_PATH,
-        LakeCatalog,
         check_own_catalog,
         migrate_catalog,
         not_a_catalog,
@@ -61,7 +61,7 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     sqlite = SqliteCatalog(path)
     check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from",
                       compare_digest=True)
-    report = migrate_catalog(sqlite, LakeCatalog(storage))
+    report = migrate_catalog(sqlite, storage)
     lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
              f"{report['present']} already there"]
     for t in report["tables"]:
@@ -71,6 +71,33 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
                      f"{_ranges(pubs.get('moved', []))}, present {_ranges(pubs.get('present', []))}, current "
                      + (f"generation {cur['generation']} = version {cur['version']}" if cur else "none"))
     emit(opts, report, "\n".join(lines))
+
+
+@catalog.command()
+@command_options
+def repair(opts: Options) -> None:
+    """Point each of the lake's own tables back at its folder in the lake.
+
+    A table entry that names a location outside the lake, another kind, or that cannot be read is refused
+    by every command (exit 3); this writes the entry the table definition says (a new revision on the lake
+    catalog, the row replaced in SQLite) and touches nothing else. Publications are never rewritten here.
+    """
+    from ..erasure.ledger import load_key
+    from ..gateway.lake_catalog import catalog_for, describe_catalog
+    from ..gateway.locations import repair_entries
+    from ..lakeroot import open_root
+    from ..storage import Storage
+    from ..tables import DEFAULT_TABLES_DIR, load_table_defs
+
+    storage = Storage(opts.lake, lake_options(opts))
+    open_root(storage, create=False)
+    load_key(storage, create=False)
+    cat = catalog_for(storage)
+    own = {t.name: (t.kind, t.location or t.name) for t in load_table_defs(DEFAULT_TABLES_DIR).values()}
+    repaired = repair_entries(cat, storage, own)
+    lines = [f"repaired {len(repaired)} table entr{'y' if len(repaired) == 1 else 'ies'} in {describe_catalog(cat)}"]
+    lines += [f"  {r['table']}: -> {r['location']} ({r['kind']}), was {r['refused']}" for r in repaired]
+    emit(opts, {"catalog": describe_catalog(cat), "repaired": repaired}, "\n".join(lines))
 
 
 def _ranges(gens: list[int]) -> str:

@@ -284,6 +284,7 @@ class Writer:
     batch: bool = False  # applies CRASH_BATCH: applied once, quarantine complete, reference fold
     file_set: bool = False  # the outcome includes the table's file set (vacuum)
     erases: bool = False  # the command erases TARGET
+    catalog: bool = False  # the outcome includes which catalog a reader resolves and its publications (migrate)
 
 
 def _ingest_points() -> tuple[CrashPoint, ...]:
@@ -314,6 +315,10 @@ def _run_points() -> tuple[CrashPoint, ...]:
             _p("run.after_ship_commit", "run: the ship commit landed, not published"),
             _p("publish.before_swap", "run: SHIP, generation read, swap not done"),
             _p(SQLITE_HOOK, "run: SHIP, inside the SQLite publish transaction"))
+
+
+def _setup_migrate(lake_dir: Path, scene: Scene) -> None:
+    _base(lake_dir).ingest(CRASH_BATCH)  # a SQLite lake (the local default) with four publications
 
 
 WRITERS: tuple[Writer, ...] = (
@@ -347,6 +352,13 @@ WRITERS: tuple[Writer, ...] = (
     Writer(name="run", summary="a release run (ship)", table="orders", setup=_setup_run, batch=True,
            argv=lambda lake, s: ["run", str(_run_config(lake, s))], points=_run_points(),
            subset=("run.after_stage", "run.after_ship_commit")),
+    Writer(name="migrate", summary="catalog migrate (SQLite -> lake catalog)", table="orders",
+           setup=_setup_migrate, catalog=True, argv=lambda lake, s: ["catalog", "migrate"],
+           points=(_p("migrate.after_table", "the first table record copied, no publication"),
+                   _p("migrate.after_publication", "the first publication copied, the rest not"),
+                   _p(TEMP_PREFIX + "_catalog", "the first catalog record written to its temp file, not linked"),
+                   _p("migrate.before_marker", "every publication copied and verified, format.json not written")),
+           subset=("migrate.after_publication",)),
 )
 
 
@@ -457,6 +469,9 @@ def outcome(lake_dir: Path, writer: Writer) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": rows, "refused": refused}
     if writer.file_set:
         out["files"] = data_files(lake_dir, writer.table)
+    if writer.catalog:
+        out["catalog"] = type(lake.catalog).__name__
+        out["publications"] = [(p.generation, p.version, p.digest) for p in lake.catalog.publications(writer.table)]
     return out
 
 
@@ -658,6 +673,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
     checks = {
         "killed": killed,
         "snapshot_intact": seen["rows"] == before["rows"] or seen["rows"] == after["rows"],
+        "catalog_whole": not writer.catalog or seen in (before, after),  # never a half-copied catalog
         "expected_state": state in point.expect,
         "published_files_match_evidence": not evidence_check(lake, pub_version, table),
         "latest_files_match_evidence": not evidence_check(lake, latest, table),

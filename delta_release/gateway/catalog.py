@@ -11,11 +11,11 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import GenerationConflictError, NotFoundError
+from ..errors import CatalogIntegrityError, GenerationConflictError, NotFoundError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,6 +23,7 @@ class TableEntry:
     name: str
     location: str
     kind: str
+    origin: str = field(default="", compare=False)  # the catalog object it was read from, for messages
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,11 +34,13 @@ class Publication:
     completed: str
     digest: str
     label: str | None = None
+    origin: str = field(default="", compare=False)  # the catalog object it was read from, for messages
 
 
 class Catalog(Protocol):
     def register(self, name: str, *, location: str, kind: str) -> TableEntry: ...
     def set_location(self, name: str, location: str) -> None: ...
+    def reset_table(self, name: str, *, location: str, kind: str) -> None: ...
     def table(self, name: str) -> TableEntry | None: ...
     def tables(self) -> list[TableEntry]: ...
     def current(self, name: str) -> Publication | None: ...
@@ -56,31 +59,68 @@ CREATE TABLE IF NOT EXISTS publications (
 """
 
 
+def _damaged(path: Path, exc: Exception) -> CatalogIntegrityError:
+    return CatalogIntegrityError(f"the SQLite catalog {path} is damaged ({exc})", path=str(path),
+                                 repair=f"restore {path} from a backup (`sqlite3 {path} .recover` may save what is "
+                                 "left)")
+
+
 class SqliteCatalog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.created = not path.exists()  # this object made the file (Lake.open removes it if it refuses)
+        self._held: sqlite3.Connection | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(self.path, timeout=60)
         try:
-            con.executescript(_DDL)
-        finally:
-            con.close()
+            con = sqlite3.connect(self.path, timeout=60)
+            try:
+                con.executescript(_DDL)
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
+            raise _damaged(path, exc) from None
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        if self._held is not None:  # inside `held()`: this thread already holds the write lock
+            yield self._held
+            return
         try:
-            con.execute("PRAGMA busy_timeout = 60000")
-            con.execute("BEGIN IMMEDIATE")
+            con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
+                con.execute("PRAGMA busy_timeout = 60000")
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    yield con
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:  # a damaged file (truncated, garbled): refused, never exit 1
+            if type(exc) is not sqlite3.DatabaseError:  # (locked, constraint...: not damage)
                 raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+            raise _damaged(self.path, exc) from None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the catalog's write lock (one IMMEDIATE transaction) for the block: no process publishes
+        meanwhile; this object's reads in the block go through the held transaction (`catalog migrate`)."""
+        with self._tx() as con:
+            self._held = con
+            try:
+                yield
+            finally:
+                self._held = None
+
+    def table_names(self) -> list[str]:
+        """Every table with an entry or a publication."""
+        with self._tx() as con:
+            rows = con.execute("SELECT name FROM tables UNION SELECT DISTINCT table_name FROM publications")
+            return sorted(str(r[0]) for r in rows)
 
     def register(self, name: str, *, location: str, kind: str) -> TableEntry:
         with self._tx() as con:
@@ -95,15 +135,21 @@ class SqliteCatalog:
             if con.execute("UPDATE tables SET location = ? WHERE name = ?", (location, name)).rowcount != 1:
                 raise NotFoundError(f"table {name} is not in the catalog", table=name)
 
+    def reset_table(self, name: str, *, location: str, kind: str) -> None:
+        """Replace the table's entry, whatever it holds (`catalog repair`)."""
+        with self._tx() as con:
+            con.execute("INSERT OR REPLACE INTO tables VALUES (?, ?, ?)", (name, location, kind))
+
     def table(self, name: str) -> TableEntry | None:
         with self._tx() as con:
             row = con.execute("SELECT name, location, kind FROM tables WHERE name = ?", (name,)).fetchone()
-        return None if row is None else TableEntry(name=row[0], location=row[1], kind=row[2])
+        return None if row is None else TableEntry(name=row[0], location=row[1], kind=row[2],
+                                                   origin=f"{self.path} (table {name})")
 
     def tables(self) -> list[TableEntry]:
         with self._tx() as con:
             rows = con.execute("SELECT name, location, kind FROM tables ORDER BY name").fetchall()
-        return [TableEntry(name=r[0], location=r[1], kind=r[2]) for r in rows]
+        return [TableEntry(name=r[0], location=r[1], kind=r[2], origin=f"{self.path} (table {r[0]})") for r in rows]
 
     @staticmethod
     def _pub(row: tuple[object, ...]) -> Publication:
@@ -159,6 +205,10 @@ class MemoryCatalog:
             if entry is None:
                 raise NotFoundError(f"table {name} is not in the catalog", table=name)
             self._tables[name] = TableEntry(name=name, location=location, kind=entry.kind)
+
+    def reset_table(self, name: str, *, location: str, kind: str) -> None:
+        with self._lock:
+            self._tables[name] = TableEntry(name=name, location=location, kind=kind)
 
     def table(self, name: str) -> TableEntry | None:
         with self._lock:

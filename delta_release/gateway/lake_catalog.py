@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import _delta
-from ..errors import DeltaReleaseError, GenerationConflictError, InputError, NotFoundError
-from ..storage import Storage
+from ..errors import CatalogIntegrityError, GenerationConflictError, InputError, NotFoundError
+from ..faults import crash_point
+from ..storage import ObjectInfo, Storage
 from ..tables import DEFAULT_TABLE
 from .catalog import Catalog, Publication, SqliteCatalog, TableEntry
+from .locations import table_location
 
 ROOT = "_catalog"
 TABLES = f"{ROOT}/tables"
@@ -63,29 +65,56 @@ def _dump(record: Mapping[str, Any]) -> bytes:
     return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-class CatalogFormatError(DeltaReleaseError):
-    """A catalog object in the lake is not what this format says (hand-edited or foreign)."""
+class CatalogFormatError(CatalogIntegrityError):
+    """A catalog object in the lake is not what this format says (damaged, hand-edited, foreign, stray or
+    out of its chain): exit 3, naming the object and how to repair it."""
 
 
-def _load(data: bytes, path: str, fmt: str) -> dict[str, Any]:
+RESTORE = "restore it from a backup of the lake"  # what repairs an object only its writer could make
+_RECORD_KEY = re.compile(rf"\d{{{WIDTH}}}\.json")
+
+
+def _load(data: bytes, path: str, fmt: str, repair: str = RESTORE) -> dict[str, Any]:
     try:
         record = json.loads(data)
-    except ValueError as exc:
-        raise CatalogFormatError(f"catalog object {path} is not JSON: {exc}", path=path) from None
+    except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError is a ValueError)
+        raise CatalogFormatError(f"catalog object {path} is damaged (not JSON: {str(exc)[:120]})", path=path,
+                                 repair=repair) from None
     if not isinstance(record, dict) or record.get("format") != fmt:
-        raise CatalogFormatError(f"catalog object {path} is not a {fmt} record", path=path)
+        raise CatalogFormatError(f"catalog object {path} is damaged (not a {fmt} record)", path=path,
+                                 repair=repair)
     return record
+
+
+def _field(record: Mapping[str, Any], key: str, kind: type, path: str, *, optional: bool = False,
+           repair: str = RESTORE) -> Any:
+    """`record[key]` when it has the JSON type `kind` (an int is never a bool, never a float), else
+    CatalogFormatError naming the object."""
+    value = record.get(key)
+    if value is None and optional:
+        return value
+    if isinstance(value, kind) and not isinstance(value, bool) and (not isinstance(value, int) or 0 <= value < 1 << 63):
+        return value
+    raise CatalogFormatError(f"catalog object {path} is damaged: {key} is {str(value)[:40]!r}", path=path,
+                             repair=repair)
 
 
 class LakeCatalog:
     """`Catalog` stored in the lake itself (local directory or S3); safe across processes and machines."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, *, marking: bool = True) -> None:
         self.storage = storage
-        self._marked = False  # readers never write: the marker is created by the first write
+        # readers never write: the marker is created by the first write, except during `catalog migrate`
+        # (marking=False), which creates it last, once every publication is copied and verified
+        self._marked = not marking
 
     def _mark(self) -> None:
-        if not self._marked and not self.storage.exists(MARKER):
+        if not self._marked:
+            self.mark()
+
+    def mark(self) -> None:
+        """Create `_catalog/format.json` unless it exists: from then on the lake's readers use this catalog."""
+        if not self.storage.exists(MARKER):
             self.storage.write_once(MARKER, _dump({"format": MARKER_FORMAT, "tables": TABLES,
                                                    "publications": PUBLICATIONS, "current": CURRENT,
                                                    "doc": "docs/catalog-format.md"}))
@@ -95,8 +124,25 @@ class LakeCatalog:
         """One GET (read_tagged; pyarrow's reader sends a HEAD first). Records are never deleted."""
         got = self.storage.read_tagged(path)
         if got is None:
-            raise CatalogFormatError(f"catalog object {path} was listed but cannot be read", path=path)
+            raise CatalogFormatError(f"catalog object {self.storage.uri(path)} was listed but is gone",
+                                     path=self.storage.uri(path), repair=RESTORE)
         return got[0]
+
+    def _records(self, listing: list[ObjectInfo], prefix: str) -> list[ObjectInfo]:
+        """`listing` (under `prefix/`), every object in it a record name (20 digits `.json`), numbered without
+        a gap; a stray object (`zzz.json`, a copy, a folder) or a gap is refused, never skipped or taken as
+        the newest record."""
+        for o in listing:
+            if not _RECORD_KEY.fullmatch(o.path[len(prefix) + 1:]):
+                uri = self.storage.uri(o.path)
+                raise CatalogFormatError(f"catalog object {uri} is stray: not a record of this catalog", path=uri,
+                                         repair=f"remove {uri} (records are named <20 digits>.json)")
+        for before, after in zip(listing, listing[1:], strict=False):
+            if _number(after.path) != _number(before.path) + 1:
+                missing = self.storage.uri(f"{prefix}/{_key(_number(before.path) + 1)}")
+                raise CatalogFormatError(f"catalog object {missing} is missing (records have no gaps)",
+                                         path=missing, repair=RESTORE)
+        return listing
 
     # -- tables ----------------------------------------------------------------------------------
     @staticmethod
@@ -107,14 +153,20 @@ class LakeCatalog:
         return name
 
     def _latest_table(self, name: str) -> tuple[int, TableEntry] | None:
-        listing = self.storage.list_after(f"{TABLES}/{self._check(name)}")
-        records = [o for o in listing if o.path.endswith(".json")]
+        prefix = f"{TABLES}/{self._check(name)}"
+        records = self._records(self.storage.list_after(prefix), prefix)
         if not records:
             return None
         path = records[-1].path
-        rec = _load(self._read(path), path, TABLE_FORMAT)
-        return _number(path), TableEntry(name=str(rec["name"]), location=str(rec["location"]),
-                                         kind=str(rec["kind"]))
+        uri, revision = self.storage.uri(path), _number(path)
+        repair = f"`delta-release --lake {self.storage.root} catalog repair` writes the entry of {name} anew"
+        rec = _load(self._read(path), uri, TABLE_FORMAT, repair)
+        if (_field(rec, "name", str, uri, repair=repair) != name
+                or _field(rec, "revision", int, uri, repair=repair) != revision):
+            raise CatalogFormatError(f"catalog object {uri} is damaged: it says table {str(rec['name'])[:80]!r} "
+                                     f"revision {rec['revision']}", path=uri, repair=repair)
+        return revision, TableEntry(name=name, location=_field(rec, "location", str, uri, repair=repair),
+                                    kind=_field(rec, "kind", str, uri, repair=repair), origin=uri)
 
     def _create_table_revision(self, name: str, revision: int, location: str, kind: str) -> bool:
         self._mark()
@@ -141,6 +193,17 @@ class LakeCatalog:
                 return
         raise GenerationConflictError(name, None, None)
 
+    def reset_table(self, name: str, *, location: str, kind: str) -> None:
+        """A new revision with `location` and `kind`, whatever the newest one holds (`catalog repair`: a
+        damaged or refused record stays as history; the new one is the entry from now on)."""
+        prefix = f"{TABLES}/{self._check(name)}"
+        for _ in range(100):
+            numbers = [_number(o.path) for o in self.storage.list_after(prefix)
+                       if _RECORD_KEY.fullmatch(o.path[len(prefix) + 1:])]
+            if self._create_table_revision(name, max(numbers, default=0) + 1, location, kind):
+                return
+        raise GenerationConflictError(name, None, None)
+
     def table(self, name: str) -> TableEntry | None:
         latest = self._latest_table(name)
         return None if latest is None else latest[1]
@@ -152,47 +215,72 @@ class LakeCatalog:
         return [t for t in out if t is not None]
 
     # -- publications ----------------------------------------------------------------------------
-    @staticmethod
-    def _pub(rec: Mapping[str, Any]) -> Publication:
-        label = rec.get("label")
-        return Publication(table=str(rec["table"]), generation=int(rec["generation"]),
-                           version=int(rec["version"]), completed=str(rec["completed"]),
-                           digest=str(rec["digest"]), label=None if label is None else str(label))
+    def _pub(self, rec: Mapping[str, Any], uri: str, name: str, generation: int | None = None) -> Publication:
+        """A publication record, checked against its name: its table and generation are the object's."""
+        pub = Publication(table=_field(rec, "table", str, uri), generation=_field(rec, "generation", int, uri),
+                          version=_field(rec, "version", int, uri), completed=_field(rec, "completed", str, uri),
+                          digest=_field(rec, "digest", str, uri), label=_field(rec, "label", str, uri, optional=True),
+                          origin=uri)
+        if pub.table != name or (generation is not None and pub.generation != generation):
+            raise CatalogFormatError(f"catalog object {uri} is damaged: it says table {pub.table[:80]!r} generation "
+                                     f"{pub.generation}", path=uri, repair=RESTORE)
+        return pub
 
     def _pub_path(self, name: str, generation: int) -> str:
         return f"{PUBLICATIONS}/{name}/{_key(generation)}"
 
     def current(self, name: str) -> Publication | None:
+        """The newest publication, verified: the records listed from the pointer's generation on exist without
+        a gap, the newest is its own name's record and equals the pointer's bytes when the pointer names it
+        (a deleted newest record, or one rewritten, is refused, never served; the gateway also checks its
+        commit digest against the lake's commit, `gateway/reader.py`)."""
         self._check(name)
-        hint: tuple[bytes, str] | None = self.storage.read_tagged(f"{CURRENT}/{name}.json")
-        pointed = 0
+        pointer = f"{CURRENT}/{name}.json"
+        hint: tuple[bytes, str] | None = self.storage.read_tagged(pointer)
+        pointed: Publication | None = None
         if hint is not None:
-            try:
-                pointed = int(json.loads(hint[0])["generation"])
-            except (ValueError, KeyError, TypeError):
-                pointed, hint = 0, None  # a damaged hint: fall back to the full listing
+            uri = self.storage.uri(pointer)
+            pointed = self._pub(_load(hint[0], uri, PUBLICATION_FORMAT, repair=(
+                f"replace {uri} with a byte copy of the newest record in {self.storage.uri(PUBLICATIONS)}/{name}/")),
+                uri, name)
+        first = 1 if pointed is None else pointed.generation
         prefix = f"{PUBLICATIONS}/{name}"
-        listing = [o for o in self.storage.list_after(
-            prefix, self._pub_path(name, pointed - 1) if pointed > 1 else None) if o.path.endswith(".json")]
-        if not listing and pointed > 1:  # the hint names a record that does not exist: ignore it
-            listing = [o for o in self.storage.list_after(prefix) if o.path.endswith(".json")]
-            hint = None
-        if not listing:
-            return None
+        listing = self._records(self.storage.list_after(
+            prefix, self._pub_path(name, first - 1) if first > 1 else None), prefix)
+        if not listing or _number(listing[0].path) != first:
+            if pointed is None and not listing:
+                return None
+            missing = self.storage.uri(self._pub_path(name, first))
+            repair = (f"copy {self.storage.uri(pointer)} (a byte copy of it) to {missing}" if pointed is not None
+                      and not listing else RESTORE)
+            raise CatalogFormatError(f"catalog object {missing} is missing"
+                                     + (" (the current pointer names it)" if pointed is not None else ""),
+                                     path=missing, repair=repair, table=name)
         newest = listing[-1]
-        if (hint is not None and not self.storage.is_local and _number(newest.path) == pointed
-                and newest.tag is not None and newest.tag == hint[1]):
+        uri, generation = self.storage.uri(newest.path), _number(newest.path)
+        if hint is not None and generation == first and newest.tag is not None and newest.tag == hint[1]:
             data = hint[0]  # the pointer is a byte copy of the newest record (same ETag)
         else:
             data = self._read(newest.path)
-        return self._pub(_load(data, newest.path, PUBLICATION_FORMAT))
+            if hint is not None and generation == first and data != hint[0]:
+                raise CatalogFormatError(f"catalog object {uri} differs from its copy {self.storage.uri(pointer)}: "
+                                         "one of them was rewritten", path=uri, repair=RESTORE, table=name)
+        return self._pub(_load(data, uri, PUBLICATION_FORMAT), uri, name, generation)
 
     def publications(self, name: str) -> list[Publication]:
+        """Every publication, oldest first, each checked against its name; generations 1, 2, ... without a
+        gap."""
         self._check(name)
-        out = []
-        for o in self.storage.list_after(f"{PUBLICATIONS}/{name}"):
-            if o.path.endswith(".json"):
-                out.append(self._pub(_load(self.storage.read_bytes(o.path), o.path, PUBLICATION_FORMAT)))
+        prefix = f"{PUBLICATIONS}/{name}"
+        listing = self._records(self.storage.list_after(prefix), prefix)
+        if listing and _number(listing[0].path) != 1:
+            missing = self.storage.uri(self._pub_path(name, 1))
+            raise CatalogFormatError(f"catalog object {missing} is missing (records have no gaps)", path=missing,
+                                     repair=RESTORE, table=name)
+        out: list[Publication] = []
+        for o in listing:
+            uri = self.storage.uri(o.path)
+            out.append(self._pub(_load(self._read(o.path), uri, PUBLICATION_FORMAT), uri, name, _number(o.path)))
         return out
 
     def publish(self, name: str, *, expected_generation: int | None, version: int, digest: str,
@@ -214,7 +302,7 @@ class LakeCatalog:
                 raise GenerationConflictError(name, expected_generation,
                                               None if found is None else found.generation)
         self._point(name, data)
-        return self._pub(record)
+        return self._pub(record, self.storage.uri(path), name, generation)
 
     def _point(self, name: str, data: bytes) -> None:
         """Move the hint forward (best effort: a hint that lags only costs a longer listing)."""
@@ -232,7 +320,8 @@ class LakeCatalog:
         self._mark()
         if self.storage.write_once(path, data):
             return "moved"
-        stored = self._pub(_load(self.storage.read_bytes(path), path, PUBLICATION_FORMAT))
+        uri = self.storage.uri(path)
+        stored = self._pub(_load(self._read(path), uri, PUBLICATION_FORMAT), uri, pub.table, pub.generation)
         if stored != pub:
             raise GenerationConflictError(pub.table, pub.generation - 1, pub.generation)
         return "present"
@@ -281,15 +370,14 @@ def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str, compare_
     at that version: another lake's catalog. (One read of that commit's log entry; publications labelled
     otherwise, such as a release run's or version 0's, cannot be compared and pass.)"""
     entry = catalog.table(DEFAULT_TABLE)
-    uri = storage.location_uri(entry.location if entry is not None else DEFAULT_TABLE)
+    uri = (storage.uri(DEFAULT_TABLE) if entry is None else
+           table_location(storage, entry, own={DEFAULT_TABLE: (entry.kind, DEFAULT_TABLE)}))
     current = catalog.current(DEFAULT_TABLE)
     if current is not None:
-        if compare_digest and _DIGEST.fullmatch(current.digest or ""):
-            ours = (_delta.version_evidence(uri, storage.storage_options, current.version) or {}).get("digest")
-            if ours != current.digest:
-                raise InputError(f"the catalog ({describe_catalog(catalog)}) publishes {DEFAULT_TABLE} version "
-                                 f"{current.version} with a commit digest this lake's version {current.version} does "
-                                 f"not have: it is another lake's catalog; {hint}", uri=storage.root)
+        if compare_digest and not commit_agrees(uri, storage.storage_options, current):
+            raise InputError(f"the catalog ({describe_catalog(catalog)}) publishes {DEFAULT_TABLE} version "
+                             f"{current.version} with a commit digest this lake's version {current.version} does "
+                             f"not have: it is another lake's catalog; {hint}", uri=storage.root)
         return
     latest = _delta.latest_version(uri, storage.storage_options)
     if latest:  # (0 or None: no commit beyond the empty table, nothing to hide)
@@ -299,6 +387,18 @@ def check_own_catalog(catalog: Catalog, storage: Storage, *, hint: str, compare_
 
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")  # a commit evidence digest (other publications carry labels)
+
+
+def commit_agrees(uri: str, options: dict[str, str], pub: Publication) -> bool:
+    """False when `pub`, a publication of one of our Delta tables (at `uri`), records a commit digest that
+    is not the digest of the table's commit at that version (one read of that commit's log entry), or
+    publishes the empty table (`empty`) at a version other than 0. Publications labelled otherwise (a
+    release run's) cannot be compared and agree."""
+    if pub.digest == "empty":
+        return pub.version == 0
+    if not _DIGEST.fullmatch(pub.digest or ""):
+        return True
+    return (_delta.version_evidence(uri, options, pub.version) or {}).get("digest") == pub.digest
 
 
 def has_lake_catalog(storage: Storage) -> bool:
@@ -336,35 +436,53 @@ def catalog_for(storage: Storage, env: Mapping[str, str] | None = None, *, new_l
         if problem:
             raise InputError(f"{CATALOG_ENV}={choice}: {problem}", path=choice)
         return SqliteCatalog(Path(choice))
-    if not storage.is_local or has_lake_catalog(storage):
+    if has_lake_catalog(storage):
+        return LakeCatalog(storage)
+    if not storage.is_local:
+        if interrupted_migration(storage):  # records without the marker: a half-copied catalog, never read
+            raise CatalogFormatError(
+                f"the lake catalog {storage.uri(ROOT)} has records but no {MARKER}: a `catalog migrate` was "
+                "interrupted and its copy is incomplete", path=storage.uri(MARKER),
+                repair=f"rerun `delta-release --lake {storage.root} catalog migrate --from sqlite PATH` "
+                f"(or read with {CATALOG_ENV}=PATH meanwhile)")
         return LakeCatalog(storage)
     return SqliteCatalog(storage.local_path(SQLITE_PATH))
 
 
-def migrate_catalog(source: SqliteCatalog, target: LakeCatalog) -> dict[str, Any]:
-    """Copy every table entry and publication of `source` into `target`, create-only; idempotent.
+def interrupted_migration(storage: Storage) -> bool:
+    """True when the lake holds catalog records but no `_catalog/format.json`: a `catalog migrate` that
+    was killed before it finished (the marker is its last write)."""
+    return not has_lake_catalog(storage) and bool(storage.list_after(PUBLICATIONS))
 
-    Publications keep their generation numbers. A record already in `target` with the same content is
-    'present'; one with different content raises GenerationConflictError (nothing is overwritten). A table
-    whose lake-catalog location already differs keeps the lake's ('kept'). Ends by checking that every
-    table's current publication is the same in both catalogs.
+
+def migrate_catalog(source: SqliteCatalog, storage: Storage) -> dict[str, Any]:
+    """Copy every table entry and publication of `source` into the lake catalog at `storage`, create-only;
+    idempotent, and atomic for readers: `_catalog/format.json`, which switches the lake's readers to the
+    lake catalog, is written last, after every publication is copied and read back equal, under the SQLite
+    catalog's write lock (no publisher can publish in between). A migration killed at any step leaves the
+    lake on SQLite; a rerun, also after more publications landed there, copies the rest.
+
+    Publications keep their generation numbers. A record already in the lake catalog with the same content
+    is 'present'; one with different content raises GenerationConflictError (nothing is overwritten). A
+    table whose lake-catalog location already differs keeps the lake's ('kept').
     """
-    import sqlite3
-
-    con = sqlite3.connect(source.path)
-    try:
-        names = sorted({str(r[0]) for r in con.execute("SELECT DISTINCT table_name FROM publications")}
-                       | {t.name for t in source.tables()})
-    finally:
-        con.close()
+    target = LakeCatalog(storage, marking=False)
+    names = sorted(set(source.table_names()))
     unstorable = [n for n in names if not TABLE_NAME.fullmatch(n)]
-    if unstorable:  # before anything is written: a half-moved catalog would become the lake's default
+    if unstorable:  # before anything is written
         raise InputError(f"catalog migrate: table name(s) {', '.join(repr(n[:80]) for n in unstorable)} cannot be "
                          "stored in the lake catalog (letters, digits, '_', '.', '-'); nothing was moved",
                          tables=[n[:80] for n in unstorable])
     tables: list[dict[str, Any]] = []
-    publications: dict[str, dict[str, list[int]]] = {}
-    current: dict[str, dict[str, int] | None] = {}
+    publications: dict[str, dict[str, list[int]]] = {n: {"moved": [], "present": []} for n in names}
+
+    def copy(name: str) -> None:
+        done = publications[name]
+        for pub in source.publications(name):
+            if pub.generation not in done["moved"] + done["present"]:
+                done[target.import_publication(pub)].append(pub.generation)
+                crash_point("migrate.after_publication")
+
     for name in names:
         entry = source.table(name)
         if entry is not None:
@@ -372,23 +490,26 @@ def migrate_catalog(source: SqliteCatalog, target: LakeCatalog) -> dict[str, Any
             if there is None:
                 there = target.register(name, location=entry.location, kind=entry.kind)
                 action = "moved" if there == entry else "kept"
+                crash_point("migrate.after_table")
             else:
                 action = "present" if there == entry else "kept"
             tables.append({"name": name, "action": action, "location": there.location,
                            **({"sqlite_location": entry.location} if there != entry else {})})
-        done: dict[str, list[int]] = {"moved": [], "present": []}
-        for pub in source.publications(name):
-            done[target.import_publication(pub)].append(pub.generation)
-        publications[name] = done
-        if done["moved"]:
-            target.point_current(name)
-        want, got = source.current(name), target.current(name)
-        if want is not None and (got is None or got.generation < want.generation):
-            raise CatalogFormatError(f"migration of {name} is incomplete: lake catalog at generation "
-                                     f"{None if got is None else got.generation}, SQLite at {want.generation}",
-                                     table=name)
-        current[name] = None if got is None else {"generation": got.generation, "version": got.version}
-    return {"source": str(source.path), "target": target.storage.uri(ROOT), "tables": tables,
+        copy(name)
+    current: dict[str, dict[str, int] | None] = {}
+    with source.held():  # no publication lands in SQLite from here until the marker is written
+        for name in sorted(set(source.table_names())):
+            publications.setdefault(name, {"moved": [], "present": []})
+            copy(name)  # what landed since the first pass
+            want, got = source.publications(name), target.publications(name)
+            if got[:len(want)] != want:
+                raise GenerationConflictError(name, len(want), len(got))
+            if got:
+                target.point_current(name)  # (also after a run killed before it moved the pointer)
+            current[name] = {"generation": got[-1].generation, "version": got[-1].version} if got else None
+        crash_point("migrate.before_marker")
+        target.mark()
+    return {"source": str(source.path), "target": storage.uri(ROOT), "tables": tables,
             "publications": publications, "current": current,
             "moved": sum(len(p["moved"]) for p in publications.values()),
             "present": sum(len(p["present"]) for p in publications.values())}

@@ -52,10 +52,11 @@ class Gateway:
             raise NotFoundError(f"table {table!r} is not in the catalog", table=table)
         if pub is None:
             raise NotFoundError(f"table {table} has no published version", table=table)
-        location = self.lake.resolve_location(entry.location)
+        location = self.lake.entry_uri(entry)
         cached = self.cache.get(table)
         if cached is not None and cached.generation == pub.generation and cached.location == location:
             return cached
+        self.lake.verify_publication(table, pub, location)
         if cached is not None and self.policy == "error":
             what = (f"location changed from {cached.location} to {location}"
                     if cached.location != location else

@@ -95,6 +95,7 @@ def _table_files(lake: LakeContext, table: str) -> list[tuple[str, int, datetime
 def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = False,
                  retain_versions: int = RETAIN_VERSIONS, replay_horizon_hours: float = REPLAY_HORIZON_HOURS,
                  orphan_grace_hours: float = ORPHAN_GRACE_HOURS) -> VacuumReport:
+    lake.table_def(table)  # one of the lake's own tables: a registered table (written by others) is never vacuumed
     replay_horizon_hours = finite("replay_horizon_hours", replay_horizon_hours)
     orphan_grace_hours = finite("orphan_grace_hours", orphan_grace_hours)
     if isinstance(retain_versions, bool) or not isinstance(retain_versions, int) or retain_versions < 0:

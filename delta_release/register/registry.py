@@ -76,6 +76,9 @@ def register_table(lake: LakeContext, name: str, uri: str) -> Registration:
     check_lake_path(storage.root, "table path")
     if name in lake.tables:
         raise InputError(f"{name} is one of the lake's own tables; register under another name", table=name)
+    if storage.is_local != lake.storage.is_local:  # what gateway/locations.py lets a registered entry name
+        raise InputError(f"cannot register {storage.root} in the lake {lake.storage.root}: a registered table is "
+                         "on the lake's own kind of store (local disk or s3://)", table=name, uri=storage.root)
     existing = lake.catalog.table(name)
     if existing is not None and (existing.kind != KIND or existing.location != storage.root):
         raise InputError(f"table {name} is already in the catalog at {existing.location} (kind {existing.kind})",
