@@ -72,6 +72,7 @@ def test_first_file_alone_then_a_failure_removes_every_file(tmp_path: Path, monk
 def test_the_gate_checks_on_threads_and_names_the_first_bad_file_in_order(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
+    import time
 
     import delta_release.stage.gate as gate_mod
     from delta_release.errors import GateError
@@ -83,9 +84,16 @@ def test_the_gate_checks_on_threads_and_names_the_first_bad_file_in_order(tmp_pa
     checked: list[str] = []
     real = gate_mod.check_file
 
+    overlap = threading.Event()  # set in the threaded phase: a check waits (bounded) for a second thread
+
     def watched(storage: Storage, ev: cand_mod.FileEvidence) -> tuple[str, str] | None:
         threads.add(threading.current_thread().name)
         checked.append(ev.path)
+        if overlap.is_set():  # else, on a loaded host, the first thread may drain the queue alone
+            for _ in range(200):
+                if len(threads) > 1:
+                    break
+                time.sleep(0.01)
         return real(storage, ev)
 
     monkeypatch.setattr(gate_mod, "check_file", watched)
@@ -95,11 +103,13 @@ def test_the_gate_checks_on_threads_and_names_the_first_bad_file_in_order(tmp_pa
     assert checked == [ev.path for ev in candidate.files[:4]]
     threads.clear()
     monkeypatch.setattr(gate_mod, "GATE_THREADS_LOCAL", 4)  # as on an object store: on threads
+    overlap.set()
     with pytest.raises(GateError) as err:
         gate_candidate(storage, candidate)
     assert err.value.path == candidate.files[3].path and err.value.mismatch == "checksum_mismatch"
     assert len(threads) > 1 and all(t.startswith("gate") for t in threads)
     threads.clear()  # files as large as the byte budget: one at a time, on the caller's thread
+    overlap.clear()
     monkeypatch.setattr(gate_mod, "GATE_BYTES", max(ev.size for ev in candidate.files))
     with pytest.raises(GateError):
         gate_candidate(storage, candidate)
