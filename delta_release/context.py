@@ -63,10 +63,13 @@ class CatalogPublisher:
 
     def publish(self, table: str, version: int, *, digest: str, label: str | None = None) -> Publication:
         """Point the catalog at `version`. A labelled publication may re-publish the current version, but
-        never an older one (I8); an unlabelled one is a no-op at or below the current version."""
+        never an older one (I8); an unlabelled one is a no-op below the current version, and at it unless
+        the digests differ (the commit at that version is another table's: its folder was replaced, and the
+        old publication would now be refused as not the commit's)."""
         for _ in range(PUBLISH_ATTEMPTS):
             current = self.catalog.current(table)
-            if current is not None and (current.version > version or (current.version == version and label is None)):
+            if current is not None and (current.version > version or (
+                    current.version == version and label is None and current.digest == digest)):
                 return current
             crash_point("publish.before_swap")
             try:
