@@ -85,7 +85,7 @@ def test_declared_points_reads_the_code(tmp_path: Path) -> None:
 
 def test_matrix_covers_every_writer_and_the_generic_points() -> None:
     names = {w.name: {p.name for p in w.points} for w in WRITERS}
-    assert set(names) == {"ingest", "replay", "erase", "rollback", "vacuum", "publish", "run"}
+    assert set(names) == {"ingest", "ingest-parts", "replay", "erase", "rollback", "vacuum", "publish", "run"}
     generic = {"commit.during", "ingest.after_commit", "ingest.after_publish"}
     for writer in ("ingest", "replay", "erase", "rollback", "publish"):
         assert generic <= names[writer], writer
