@@ -202,7 +202,10 @@ def ingest_parts_once(lake: LakeContext, path: str | os.PathLike[str], ranges: l
             decoded = batch.decoded
             parts.append(_Part(number=number, batch=batch, first_line=first_line, offset=offset, size=size,
                                accepted=decoded.events.height))
-            decoded.events = decoded.events.clear()  # spilled: only the rejects and line spans stay
+            decoded.events = decoded.events.clear()  # spilled: only the rejects stay on the heap
+            for name in ("offsets", "lengths"):  # 16 bytes a line: read back mapped, for a conflict's text
+                np.save(spans := os.path.join(spill, f"{name}-p{number:06d}.npy"), getattr(decoded, name))
+                setattr(decoded, name, np.load(spans, mmap_mode="r"))
             first_line += decoded.extracted
         reused = _reused_positions(spill, parts, groups)
         crash_point("parts.after_spill")
@@ -323,10 +326,12 @@ class _PartsPlan(Plan):
             del events
             conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
                                 order_id=c.order_id) for c in [*repeats, *applied.conflicts]]
-            for r in [*blocked, *conflicts]:
+            for r in [*blocked, *conflicts]:  # by part, with the line's span (the ledger then reads no raw batch)
                 part = self._part_of(r.line)
-                raw = None if r.reason == Reason.ERASED_SUBJECT else part.batch.line_text(part.local(r.line))
-                part.rejects.append(dataclasses.replace(r, line=part.local(r.line), raw=raw))
+                line = part.local(r.line)
+                raw = None if r.reason == Reason.ERASED_SUBJECT else part.batch.line_text(line)
+                offset, length = part.batch.decoded.span(line)
+                part.rejects.append(dataclasses.replace(r, line=line, raw=raw, offset=offset, length=length))
             if stream is None:
                 continue
             change.removes.extend(removes)

@@ -358,11 +358,18 @@ def _commit_adds(lake: dr.Lake, version: int) -> list[dict[str, Any]]:
     return [a["add"] for a in map(json.loads, log.read_text().splitlines()) if "add" in a]
 
 
-def _file_lines(lake: dr.Lake, report: dr.IngestReport) -> list[tuple[int, str, str]]:
-    """Every quarantined line of the ingest by its FILE line: (line, reason, detail)."""
-    starts = {p["batch_id"]: p["first_line"] for p in report.parts} or {report.batch_id: 1}
-    return sorted((starts[r["batch_id"]] + r["line"] - 1, r["reason"], r["detail"])
+def _file_lines(lake: dr.Lake, report: dr.IngestReport) -> list[tuple[int, int, int, str, str, bool]]:
+    """Every quarantined line of the ingest by its FILE line and offset: (line, offset, length, reason,
+    detail, whether it names a subject: its keyed hash is the lake's own)."""
+    starts = {p["batch_id"]: (p["first_line"], p["offset"]) for p in report.parts} or {report.batch_id: (1, 0)}
+    return sorted((starts[r["batch_id"]][0] + r["line"] - 1, starts[r["batch_id"]][1] + r["offset"], r["length"],
+                   r["reason"], r["detail"], r["subject"] is not None)
                   for r in lake.quarantine.rows().to_dicts() if r["batch_id"] in starts)
+
+
+def _parquet_files(lake: dr.Lake) -> set[str]:
+    table_dir = Path(lake.table_uri("orders"))
+    return {p.relative_to(table_dir).as_posix() for p in table_dir.rglob("*.parquet")}
 
 
 def _based(root: Path) -> dr.Lake:
@@ -370,6 +377,7 @@ def _based(root: Path) -> dr.Lake:
     content (fold conflicts with the parent), some higher (the file's events lose), tombstones."""
     lake = dr.Lake.create(root)
     lake.ingest(jsonl(_history(9, 120)))
+    lake.erase("ord-011")  # its events in the file are quarantined as erased_subject, in their parts
     return lake
 
 
@@ -387,13 +395,13 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
 
     monkeypatch.setenv(ENV_MAX_PART, "4096")
     lake = _based(tmp_path / "parts")
-    before = lake.latest_version("orders")
+    before, on_disk = lake.latest_version("orders"), _parquet_files(lake)
     report = lake.ingest(path)
     assert before is not None and len(report.parts) > 5
     assert rows(lake) == rows(whole)
     assert (report.extracted, report.accepted, report.quarantined, report.reasons) == (
         one.extracted, one.accepted, one.quarantined, one.reasons)
-    assert report.reasons.get("position_conflict", 0) > 0
+    assert report.reasons.get("position_conflict", 0) > 0 and report.reasons.get("erased_subject", 0) > 0
     for part in report.parts:
         assert part["accepted"] + part["quarantined"] == part["extracted"]
         assert part["version"] == report.version and not part["duplicate"]
@@ -413,10 +421,7 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
     at = [(str(e.partition_values.get("event_day")), bucket_of_path(e.path, 8)) for e in live]
     assert len(at) == len(set(at)) and set(where) <= set(at)
     assert assert_tags_hold(lake) == 0
-    table_dir = Path(lake.table_uri("orders"))
-    written = {p.relative_to(table_dir).as_posix() for p in table_dir.rglob("*.parquet")}
-    before_files = {e.path for e in _delta.file_entries(lake.table_uri("orders"), lake.options, before)}
-    assert written == before_files | {a["path"] for a in adds}
+    assert _parquet_files(lake) == on_disk | {a["path"] for a in adds}
     assert [f["path"] for f in report.files] == [a["path"] for a in adds]
     again = lake.ingest(path)  # every part applied: nothing committed
     assert again.version is None and all(p["duplicate"] for p in again.parts)
