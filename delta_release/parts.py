@@ -2,26 +2,33 @@
 
 A file of at most `max_part_bytes()` (256 MiB, `DELTA_RELEASE_MAX_PART_BYTES`) is one batch, ingested by
 `ingest.ingest_batch` as before. A larger file is cut at line boundaries (contract/parts.py) and each
-part, in file order, is decoded, stored raw (the byte-identical slice, under its own sha256), quarantined,
-reconciled and committed strictly as a batch of its own, with publication deferred; only the decoded
-events of one part are held at a time. After the last part the catalog publishes once: the version of
-the last part's commit. So:
+part, in file order, is decoded, stored raw (the byte-identical slice, under its own sha256) and
+reconciled as a batch of its own (its quarantine ledger); only the decoded events of one part are held
+at a time. Then:
 
-- readers through the gateway see the file all at once or not at all: every part's commit says
-  "deferred", so no writer's crash recovery publishes a half-ingested file (a later ingest of another
-  file does publish its own version, which is on top of the parts applied so far);
-- a crash between parts leaves the published snapshot as it was; rerunning the same ingest finds the
-  parts already applied (duplicates by batch id), applies the rest and publishes, also when every part
-  was applied and only the publication was missing;
-- the table equals that of ingesting the whole file at once (apply by position). The batch-wide
-  position check (same position, different content) is per part: a position reused in a later part is
-  judged as between batches (a conflict with the order's current row is quarantined).
+- on a bucketed table (`ingest_parts_once`), each part's events were spilled to a local temp directory
+  by group of buckets; ONE plan folds all parts' events of a group at a time with their parent files
+  (the groups never share a (day, bucket) file), so each (day, bucket) file is written once per ingest,
+  in ONE stage, gate and strict commit (deferred) recording every part's batch id. The same-position
+  check runs over the whole file (a group of positions at a time), so the counts, quarantine and table
+  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill;
+- on a table without buckets, each part is its own strict commit (deferred), in file order; the
+  same-position check is per part (a position reused in a later part is judged as between batches: a
+  conflict with the order's current row is quarantined).
+
+After the last part the catalog publishes once: the version holding every part. So readers through the
+gateway see the file all at once or not at all (no writer's crash recovery publishes a deferred commit;
+a later ingest of another file does publish its own version, on top of what was committed); a crash
+leaves the published snapshot as it was, and rerunning the same ingest finds the parts already applied
+(duplicates by batch id), applies the rest and publishes, also when every part was applied and only the
+publication was missing.
 
 The report (`IngestReport.parts`) lists the parts: `batch_id`, `first_line` (the file line of the
 part's line 1: a quarantined line N of the part is file line first_line + N - 1), `offset` and `size`
 (bytes in the file), `extracted`, `accepted`, `quarantined`, `version`, `duplicate`. The top-level
 counts are the sums, `batch_id` the first part's, `version` the last version a part committed in this
-call (null when none did), `duplicate` true when every part was. A file within the limit has `parts: []`.
+call (null when none did: on a bucketed table every part applied now has the one commit's version),
+`duplicate` true when every part was. A file within the limit has `parts: []`.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from .faults import crash_point
 from .ingest import IngestReport, _already_applied, erasure_filter, ingest_batch
 from .maintenance import upkeep
 from .raw.background import RawCopy
-from .stage.buckets import BUCKET_COLUMN, with_buckets
+from .stage.buckets import BUCKET_COLUMN, bucket_of_path, with_buckets
 from .tables import DEFAULT_TABLE
 
 
@@ -313,16 +320,21 @@ class _PartsPlan(Plan):
         hashes: list[Any] = []
         days: list[Any] = []
         cols = Columns.of(ctx.table)
-        for g in range(self.groups):
-            paths = [_spill_path(self.spill, g, p.number) for p in live]
+        everything = list(range(self.groups))
+        # An untagged (pre-bucket) file holds any bucket and is rewritten whole by whoever touches its day:
+        # with one in the parent, the groups are planned as one (correct; memory then the file's, not a part's)
+        legacy = any(bucket_of_path(e.path, self.buckets) is None
+                     for e in _delta.file_entries(ctx.uri, ctx.storage_options, parent))
+        for chosen in [everything] if legacy else [[g] for g in everything]:
+            paths = [_spill_path(self.spill, g, p.number) for g in chosen for p in live]
             frames = [pl.read_parquet(s) for s in paths if os.path.exists(s)]
             if not frames:
                 continue
             events, repeats = _without_lines(pl.concat(frames), self.reused, cols.key)
             del frames
             events, blocked = erasure_filter(self.lake, events)
-            applied, removes, stream = plan_bucketed(
-                ctx, parent, events, only_buckets={b for b in range(self.buckets) if b % self.groups == g})
+            only = None if legacy else {b for b in range(self.buckets) if b % self.groups in chosen}
+            applied, removes, stream = plan_bucketed(ctx, parent, events, only_buckets=only)
             del events
             conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
                                 order_id=c.order_id) for c in [*repeats, *applied.conflicts]]

@@ -487,3 +487,31 @@ def test_a_stale_parent_rebuilds_the_file_in_parts_on_the_new_parent(tmp_path: P
     where = [(a["partitionValues"]["event_day"], a["path"].split("/")[-1].split("-")[1]) for a in adds]
     assert len(where) == len(set(where))
     assert report.version == lake.latest_version("orders") == lake.published("orders").version
+
+
+def test_a_file_in_parts_over_legacy_untagged_files_rewrites_each_once(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parent with untagged (pre-bucket) files, which hold every bucket: the groups of buckets are planned
+    as one, so each untagged file is replaced once and every key has one row."""
+    from test_buckets import _legacy_defs
+
+    events = _history(10, 400)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events))
+    lakes = []
+    for name in ("whole", "parts"):
+        legacy = dr.Lake.create(tmp_path / name, tables_dir=_legacy_defs(tmp_path / name))
+        legacy.ingest(jsonl(_history(11, 150)))
+        lake = dr.Lake.open(tmp_path / name)  # the same lake, now with buckets
+        assert lake.table_def("orders").buckets == 8
+        lakes.append(lake)
+    whole, lake = lakes
+    whole.ingest(path)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    report = lake.ingest(path)
+    assert len(report.parts) > 3 and report.version == lake.latest_version("orders")
+    assert len(report.removed) == len(set(report.removed))
+    raw = lake.scan("orders", include_tombstones=True).collect()
+    assert raw["order_id"].is_unique().all()
+    assert rows(lake) == rows(whole)
+    assert assert_tags_hold(lake) == assert_tags_hold(whole)
