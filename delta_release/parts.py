@@ -289,11 +289,10 @@ class _PartsPlan(Plan):
         self.starts = [p.first_line for p in parts]
 
     def accepted(self, part: _Part) -> int:
-        return 0 if part.duplicate else part.accepted - len(part.rejects)
+        """The part's accepted events (a duplicate part: as decoded, as `ingest_batch` reports one)."""
+        return part.accepted - len(part.rejects)
 
     def all_rejects(self, part: _Part) -> list[Reject]:
-        if part.duplicate:
-            return []
         return sorted([*part.batch.decoded.rejects, *part.rejects], key=lambda r: r.line)
 
     def _part_of(self, line: int) -> _Part:

@@ -425,6 +425,7 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
     assert [f["path"] for f in report.files] == [a["path"] for a in adds]
     again = lake.ingest(path)  # every part applied: nothing committed
     assert again.version is None and all(p["duplicate"] for p in again.parts)
+    assert all(p["accepted"] + p["quarantined"] == p["extracted"] for p in again.parts)
     # the key index learnt where the file put every order: a later batch moving orders to a day they were
     # not in finds their rows there (else the order would have two rows)
     later = jsonl([up(f"ord-{i:03d}", 10_000 + i, 5, 40 + i % 3) for i in range(1, 41)])
