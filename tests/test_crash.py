@@ -140,7 +140,7 @@ def test_subset_kills_every_writer_and_keeps_the_invariants(subset_result: dict[
     assert result["drill"] == "crash"
     matrix = result["matrix"]
     assert isinstance(matrix, dict) and set(matrix) == {w.name for w in WRITERS}
-    assert all(matrix[w] for w in ("ingest", "replay", "erase", "rollback", "vacuum", "publish", "run"))
+    assert all(matrix[w] for w in ("ingest", "ingest-parts", "replay", "erase", "rollback", "vacuum", "publish", "run"))
     checks = result["checks"]
     assert isinstance(checks, dict)
     writers = result["writers"]
