@@ -329,7 +329,8 @@ class _PartsPlan(Plan):
             frames = [pl.read_parquet(s) for s in paths if os.path.exists(s)]
             if not frames:
                 continue
-            events, repeats = _without_lines(pl.concat(frames), self.reused, cols.key)
+            events = pl.concat(frames) if len(chosen) == 1 else pl.concat(frames).sort("line")  # file order
+            events, repeats = _without_lines(events, self.reused, cols.key)
             del frames
             events, blocked = erasure_filter(self.lake, events)
             only = None if legacy else {b for b in range(self.buckets) if b % self.groups in chosen}
