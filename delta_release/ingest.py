@@ -78,20 +78,25 @@ def _already_applied(lake: LakeContext, ctx: TableContext, batch_id: str, parent
 
 
 def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFrame, list[Reject]]:
+    return erasure_filter(lake, decoded.events)
+
+
+def erasure_filter(lake: LakeContext, events: pl.DataFrame) -> tuple[pl.DataFrame, list[Reject]]:
+    """`events` without those of erased subjects, and a reject (by its `line`) for each of them."""
     erased = lake.erasures.erased_subjects()
-    if not erased or decoded.events.height == 0:
-        return decoded.events, []
+    if not erased or events.height == 0:
+        return events, []
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
-    keys = decoded.events[key].unique()
+    keys = events[key].unique()
     raw, erased_raw = lake.erasures.subject_digests(keys), {bytes.fromhex(s) for s in erased if len(s) == 64}
     blocked = [k for i, k in enumerate(keys.to_list()) if raw[32 * i:32 * i + 32] in erased_raw]
     if not blocked:
-        return decoded.events, []
+        return events, []
     mask = pl.col(key).is_in(blocked)
     rejects = [Reject(line=int(line), reason=Reason.ERASED_SUBJECT, detail="the subject of this event is erased",
                       raw=None, order_id=oid)
-               for oid, line in decoded.events.filter(mask).select(key, "line").iter_rows()]
-    return decoded.events.filter(mask.not_()), rejects
+               for oid, line in events.filter(mask).select(key, "line").iter_rows()]
+    return events.filter(mask.not_()), rejects
 
 
 class ApplyEvents(Plan):

@@ -107,7 +107,7 @@ def test_drill_crash_refuses_an_unknown_writer_naming_the_valid_ones(tmp_path: P
     assert res.exit_code == 2, res.output
     line = res.stderr.strip()
     assert "\n" not in line and "vacum" in line
-    assert "ingest, replay, erase, rollback, vacuum, publish, run" in line
+    assert "ingest, ingest-parts, replay, erase, rollback, vacuum, publish, run" in line
     assert not (tmp_path / "scratch").exists()  # refused before any work
 
 

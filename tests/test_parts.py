@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, examples, jsonl, rm, up
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_buckets import assert_tags_hold
 from test_decode_paths import lines as event_lines
 
 import delta_release as dr
@@ -28,6 +29,7 @@ from delta_release.contract import decode_batch
 from delta_release.contract.decode import split_lines
 from delta_release.contract.lines import BOM, ENV_MAX_LINE
 from delta_release.contract.parts import ENV_MAX_PART, max_part_bytes, part_ranges
+from delta_release.stage.buckets import bucket_of_path
 
 
 def rows(lake: dr.Lake) -> list[dict[str, Any]]:
@@ -168,12 +170,15 @@ def test_parts_give_the_table_of_one_part_ingest(tmp_path: Path, seed: int, monk
 
 def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """While a part is ingested no file dict of an earlier part is alive (parts.py packs them), and the
-    total still lists every part's staged files and removed paths, in part order, as the table has them."""
+    """On a table without buckets (each part its own commit): while a part is ingested no file dict of an
+    earlier part is alive (parts.py packs them), and the total still lists every part's staged files and
+    removed paths, in part order, as the table has them."""
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(_history(3)))
     monkeypatch.setenv(ENV_MAX_PART, "2048")
-    lake = dr.Lake.create(tmp_path / "lake")
+    from test_buckets import _legacy_defs
+
+    lake = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))  # parts one by one (no buckets)
     staged: list[str] = []
     removed: list[str] = []
     alive: list[int] = []
@@ -234,9 +239,9 @@ def _cli(lake_dir: Path, *args: str, env: dict[str, str]) -> subprocess.Complete
 
 @pytest.mark.parametrize("kill_at", ["ingest.after_commit", "publish.before_swap"])
 def test_a_crash_between_parts_publishes_nothing_and_the_rerun_finishes(tmp_path: Path, kill_at: str) -> None:
-    """Killed after the first part's commit (ingest.after_commit) or after the last part's commit, before
-    the one publication (publish.before_swap): the published snapshot is the one before the ingest; the
-    rerun skips the parts applied, finishes, and publishes."""
+    """Killed after the file's one commit (ingest.after_commit) or after it, before the one publication
+    (publish.before_swap): the published snapshot is the one before the ingest; the rerun finds every
+    part applied (the commit recorded every part's batch id), commits nothing, and publishes."""
     events = _history(3, 200)
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(events))
@@ -258,12 +263,9 @@ def test_a_crash_between_parts_publishes_nothing_and_the_rerun_finishes(tmp_path
     assert rerun.returncode == 0, rerun.stderr
     out = json.loads(rerun.stdout)
     dups = [p["duplicate"] for p in out["parts"]]
-    if kill_at == "ingest.after_commit":
-        assert dups[0] and not all(dups)
-    else:
-        assert out["version"] is None  # every part was applied: only the publication was missing
+    assert all(dups) and out["version"] is None  # every part was applied: only the publication was missing
     lake = dr.Lake.open(lake_dir)
-    assert lake.published("orders").version == lake.latest_version("orders") >= latest
+    assert lake.published("orders").version == lake.latest_version("orders") == latest
     assert rows(lake) == rows(whole)
 
 
@@ -347,3 +349,177 @@ def test_decoding_part_by_part_equals_decoding_the_file(tmp_path_factory: pytest
                   if r[1] == "position_conflict"}
     assert [e for e in mine[0] if e["line"] not in conflicted] == [e for e in ref[0] if e["line"] not in conflicted]
     assert mine[1] == ref[1]
+
+
+# -- a file in parts on a bucketed table: each (day, bucket) file folded and written once (issue 34.1) --
+def _commit_adds(lake: dr.Lake, version: int) -> list[dict[str, Any]]:
+    """The `add` actions of one commit, from its Delta log entry."""
+    log = Path(lake.table_uri("orders")) / "_delta_log" / f"{version:020d}.json"
+    return [a["add"] for a in map(json.loads, log.read_text().splitlines()) if "add" in a]
+
+
+def _file_lines(lake: dr.Lake, report: dr.IngestReport) -> list[tuple[int, int, int, str, str, bool]]:
+    """Every quarantined line of the ingest by its FILE line and offset: (line, offset, length, reason,
+    detail, whether it names a subject: its keyed hash is the lake's own)."""
+    starts = {p["batch_id"]: (p["first_line"], p["offset"]) for p in report.parts} or {report.batch_id: (1, 0)}
+    return sorted((starts[r["batch_id"]][0] + r["line"] - 1, starts[r["batch_id"]][1] + r["offset"], r["length"],
+                   r["reason"], r["detail"], r["subject"] is not None)
+                  for r in lake.quarantine.rows().to_dicts() if r["batch_id"] in starts)
+
+
+def _parquet_files(lake: dr.Lake) -> set[str]:
+    table_dir = Path(lake.table_uri("orders"))
+    return {p.relative_to(table_dir).as_posix() for p in table_dir.rglob("*.parquet")}
+
+
+def _based(root: Path) -> dr.Lake:
+    """A lake whose days already hold rows of the file's orders: some at the same position with other
+    content (fold conflicts with the parent), some higher (the file's events lose), tombstones."""
+    lake = dr.Lake.create(root)
+    lake.ingest(jsonl(_history(9, 120)))
+    lake.erase("ord-011")  # its events in the file are quarantined as erased_subject, in their parts
+    return lake
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N parts give the 1-part ingest's table, counts, quarantine (by file line, reason and detail) and
+    file layout, in ONE commit that records every part and adds each (day, bucket) file once."""
+    events = _history(seed, 600)
+    data = jsonl(events) + b"not json\n" + jsonl([up("ord-002", 50, 1, 2)])  # a reused position, other content
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(data)
+    whole = _based(tmp_path / "whole")
+    one = whole.ingest(path)
+    assert one.parts == []
+
+    monkeypatch.setenv(ENV_MAX_PART, "4096")
+    lake = _based(tmp_path / "parts")
+    before, on_disk = lake.latest_version("orders"), _parquet_files(lake)
+    report = lake.ingest(path)
+    assert before is not None and len(report.parts) > 5
+    assert rows(lake) == rows(whole)
+    assert (report.extracted, report.accepted, report.quarantined, report.reasons) == (
+        one.extracted, one.accepted, one.quarantined, one.reasons)
+    assert report.reasons.get("position_conflict", 0) > 0 and report.reasons.get("erased_subject", 0) > 0
+    for part in report.parts:
+        assert part["accepted"] + part["quarantined"] == part["extracted"]
+        assert part["version"] == report.version and not part["duplicate"]
+        if part["quarantined"]:
+            assert len(lake.quarantine.rows(part["batch_id"])) == part["quarantined"]
+    assert _file_lines(lake, report) == _file_lines(whole, one)
+    # ONE commit for the file, recording every part, published once
+    assert report.version == lake.latest_version("orders") == before + 1 == lake.published("orders").version
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, report.version)
+    assert evidence is not None and evidence["batch_ids"] == [p["batch_id"] for p in report.parts]
+    # each (day, bucket) file added once; the table holds one file per (day, bucket), each tag true of its
+    # rows; no other file was written under the table (nothing staged twice, nothing discarded)
+    adds = _commit_adds(lake, report.version)
+    where = [(a["partitionValues"]["event_day"], bucket_of_path(a["path"], 8)) for a in adds]
+    assert len(where) == len(set(where)) and None not in {b for _, b in where}
+    live = _delta.file_entries(lake.table_uri("orders"), lake.options, report.version)
+    at = [(str(e.partition_values.get("event_day")), bucket_of_path(e.path, 8)) for e in live]
+    assert len(at) == len(set(at)) and set(where) <= set(at)
+    assert assert_tags_hold(lake) == 0
+    assert _parquet_files(lake) == on_disk | {a["path"] for a in adds}
+    assert [f["path"] for f in report.files] == [a["path"] for a in adds]
+    again = lake.ingest(path)  # every part applied: nothing committed
+    assert again.version is None and all(p["duplicate"] for p in again.parts)
+    assert all(p["accepted"] + p["quarantined"] == p["extracted"] for p in again.parts)
+    # the key index learnt where the file put every order: a later batch moving orders to a day they were
+    # not in finds their rows there (else the order would have two rows)
+    later = jsonl([up(f"ord-{i:03d}", 10_000 + i, 5, 40 + i % 3) for i in range(1, 41)])
+    whole.ingest(later)
+    lake.ingest(later)
+    assert rows(lake) == rows(whole)
+    assert lake.scan("orders", include_tombstones=True).collect()["order_id"].is_unique().all()
+
+
+@pytest.mark.parametrize("kill_at", ["ingest.after_raw", "parts.after_spill", "stage.after_first_file",
+                                     "parts.after_group", "ingest.after_gate", "ingest.after_quarantine",
+                                     "commit.during"])
+def test_a_kill_while_a_file_in_parts_is_planned_leaves_nothing_and_the_rerun_converges(
+        tmp_path: Path, kill_at: str) -> None:
+    events = _history(7, 300)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events) + b"not json\n")
+    whole = _based(tmp_path / "whole")
+    one = whole.ingest(path)
+    lake_dir = tmp_path / "lake"
+    lake = _based(lake_dir)
+    published, seen = lake.published("orders"), rows(lake)
+    env = {ENV_MAX_PART: "2048"}
+    killed = _cli(lake_dir, "ingest", str(path), env={**env, "DELTA_RELEASE_CRASH_AT": kill_at})
+    assert killed.returncode == -9, killed.stderr
+    lake = dr.Lake.open(lake_dir)
+    assert published is not None and lake.latest_version("orders") == published.version  # nothing committed
+    assert lake.published("orders") == published and rows(lake) == seen
+    rerun = _cli(lake_dir, "ingest", str(path), env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    out = json.loads(rerun.stdout)
+    assert len(out["parts"]) > 3 and not any(p["duplicate"] for p in out["parts"])
+    lake = dr.Lake.open(lake_dir)
+    assert lake.published("orders").version == lake.latest_version("orders") == published.version + 1
+    assert rows(lake) == rows(whole)
+    assert (out["accepted"], out["quarantined"]) == (one.accepted, one.quarantined)
+
+
+def test_a_stale_parent_rebuilds_the_file_in_parts_on_the_new_parent(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer commits while the file is staged (after its first group of buckets): the file's
+    commit is refused as stale, its plan is rebuilt on the new parent from the spilled parts, and the
+    table equals the other batch's ingest followed by the file's 1-part ingest."""
+    events = _history(8, 300)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events))
+    other = jsonl([up("ord-003", 5000, 42, 4), rm("ord-004", 5001), up("ord-new", 5002, 7, 1)])
+    whole = _based(tmp_path / "whole")
+    whole.ingest(other)
+    whole.ingest(path)
+    lake = _based(tmp_path / "lake")
+    fired: list[str] = []
+    real = parts_mod.crash_point
+
+    def racing(name: str) -> None:
+        if name == "parts.after_group" and not fired:
+            fired.append(name)
+            dr.Lake.open(tmp_path / "lake").ingest(other)  # another writer commits meanwhile
+        real(name)
+
+    monkeypatch.setattr(parts_mod, "crash_point", racing)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    report = lake.ingest(path)
+    assert fired and len(report.stale_parents) == 1 and report.attempts == 2
+    assert rows(lake) == rows(whole)
+    adds = _commit_adds(lake, report.version or -1)
+    where = [(a["partitionValues"]["event_day"], a["path"].split("/")[-1].split("-")[1]) for a in adds]
+    assert len(where) == len(set(where))
+    assert report.version == lake.latest_version("orders") == lake.published("orders").version
+
+
+def test_a_file_in_parts_over_legacy_untagged_files_rewrites_each_once(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parent with untagged (pre-bucket) files, which hold every bucket: the groups of buckets are planned
+    as one, so each untagged file is replaced once and every key has one row."""
+    from test_buckets import _legacy_defs
+
+    events = _history(10, 400)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events))
+    lakes = []
+    for name in ("whole", "parts"):
+        legacy = dr.Lake.create(tmp_path / name, tables_dir=_legacy_defs(tmp_path / name))
+        legacy.ingest(jsonl(_history(11, 150)))
+        lake = dr.Lake.open(tmp_path / name)  # the same lake, now with buckets
+        assert lake.table_def("orders").buckets == 8
+        lakes.append(lake)
+    whole, lake = lakes
+    whole.ingest(path)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    report = lake.ingest(path)
+    assert len(report.parts) > 3 and report.version == lake.latest_version("orders")
+    assert len(report.removed) == len(set(report.removed))
+    raw = lake.scan("orders", include_tombstones=True).collect()
+    assert raw["order_id"].is_unique().all()
+    assert rows(lake) == rows(whole)
+    assert assert_tags_hold(lake) == assert_tags_hold(whole)

@@ -310,10 +310,12 @@ def _bucketed(rows: pl.DataFrame, key: str, n: int, hasher: Hasher) -> pl.DataFr
                       with_buckets(untagged.drop(BUCKET_COLUMN), key, n, hasher)])
 
 
-def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
+def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int] | None = None
                   ) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
     """The batch's plan (conflicts, changed keys, locations), the parent files it replaces and the lazy
-    stream of their new content. No stream: nothing to commit."""
+    stream of their new content. No stream: nothing to commit. `only_buckets`: every key of `events` hashes
+    to one of these buckets and the parent has no untagged file (a file in parts, planned a group of
+    buckets at a time: parts.py), so only those buckets' files are read."""
     tdef = ctx.table
     n = tdef.buckets or 1
     cols = Columns.of(tdef)
@@ -340,7 +342,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame
         # none of k keys is ((n-1)/n)^k): all their files are read first, and a key found in a tagged file
         # takes its bucket from the file's name. Only the keys found nowhere there (or in an untagged file)
         # are hashed now, so the keyed hash (Python, about 1.3 us a key) runs on the new keys, not the batch.
-        day_files = [e for d in touched for e in files.holding(d, None, n)]
+        day_files = [e for d in touched for e in files.holding(d, only_buckets, n)]
         kept.prefetch(ctx, cols, day_files, n)
         if unique_keys and kept.covers(day_files) and kept.whole is not None:  # the days' rows in one frame
             joined = _joined_in_frame(cols, kept.whole, events, n, hasher)

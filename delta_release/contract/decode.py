@@ -306,7 +306,7 @@ def _decode_line(number: int, raw: bytes, offset: int | None = None) -> dict[str
 
 
 
-_CONTENT = ["order_id", "kind", "amount_cents", "currency", "event_day"]
+CONTENT = ["order_id", "kind", "amount_cents", "currency", "event_day"]  # what a position holds
 
 
 def differing_repeats(events: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series:
@@ -315,7 +315,7 @@ def differing_repeats(events: pl.DataFrame, by: Sequence[str] = ()) -> pl.Series
     accepted (apply deduplicates them). One definition for the decoder and the release oracle."""
     group = [*by, "position"]
     differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).sort_by("line").first().over(group))
-                                 for c in _CONTENT])
+                                 for c in CONTENT])
     return events.select(((pl.len().over(group) > 1) & differs).alias("differing_repeat")).to_series()
 
 

@@ -1,8 +1,9 @@
 """The crash drill: SIGKILL every writer at each of its steps, in a separate interpreter, then check.
 
 The drill is a table (`WRITERS`): writer -> command line -> setup -> crash points -> expected outcome.
-Writers: `ingest`, `replay`, `erase`, `rollback --repair-forward`, `vacuum --apply`, telemetry `publish
-MANIFEST` (files from `delta_release.external.producer`) and a release `run CONFIG` (its ship). The
+Writers: `ingest` (and `ingest-parts`: the same batch as a file over the part limit), `replay`, `erase`,
+`rollback --repair-forward`, `vacuum --apply`, telemetry `publish MANIFEST` (files from
+`delta_release.external.producer`) and a release `run CONFIG` (its ship). The
 writer's generic points (commit/writer.py: stage.after_first_file, ingest.after_staging,
 ingest.after_gate, commit.during, ingest.after_commit, publish.before_swap, ingest.after_publish) fire in
 every writer that commits; each command adds its own (`crash_point(` / `crash_window(` in the package);
@@ -63,6 +64,7 @@ import polars as pl
 from .. import _delta, progress
 from ..apply import reference_fold
 from ..contract import decode_batch
+from ..contract.parts import ENV_MAX_PART
 from ..errors import DeltaReleaseError, ErasureExposureError, InputError
 from ..faults import CRASH_ENV, DELAY_ENV
 from ..lake import Lake
@@ -154,6 +156,7 @@ CRASH_BATCH = _jsonl([
    b'order_id=' + ERASED.encode() + b' position=21\n',
    b'{"schema_version": 2, "order_id": "' + ERASED.encode() + b'\n',
    b'{"schema_version": 3, "order_id": "' + TARGET.encode() + b'", "position": 22, "amount_cents": "5"}\n')
+PARTS_LIMIT = 300  # bytes: CRASH_BATCH in 4 parts (the `ingest-parts` writer)
 V2_FIXTURE = _jsonl([_up("fx-1", 1, 100, 1)])
 V3_FIXTURE = _jsonl([_up("fx-2", 2, 200, 1, v3=True)])
 
@@ -285,6 +288,7 @@ class Writer:
     file_set: bool = False  # the outcome includes the table's file set (vacuum)
     erases: bool = False  # the command erases TARGET
     catalog: bool = False  # the outcome includes which catalog a reader resolves and its publications (migrate)
+    env: tuple[tuple[str, str], ...] = ()  # more environment for every run of the command (killed, rerun, reference)
 
 
 def _ingest_points() -> tuple[CrashPoint, ...]:
@@ -296,6 +300,20 @@ def _ingest_points() -> tuple[CrashPoint, ...]:
             _p(TEMP_PREFIX + "_quarantine", "quarantine ledger written to its temp file, not renamed"),
             _p(TEMP_PREFIX + "_delta_log", "the commit's log entry written to its temp file, not linked"),
             *g[3:])
+
+
+def _parts_points() -> tuple[CrashPoint, ...]:
+    """The batch as a file over the part limit (parts.py): every part decoded, kept raw and spilled, then
+    one plan over all parts (a group of buckets at a time), one stage, gate and commit."""
+    g = _generic(staged=True, several_files=True)
+    return (_p("ingest.after_raw", "the first part's raw copy kept, nothing spilled"),
+            _p("parts.after_spill", "every part kept raw and spilled, nothing planned"),
+            g[0],
+            _p("parts.after_group", "the first group of buckets staged, the others not planned"),
+            *g[1:3],
+            _p("ingest.after_quarantine", "after staging, the gate and every part's quarantine write"),
+            # the file's commit is deferred: write()'s `ingest.after_publish` fires before the one publication
+            *g[3:-1], _p("ingest.after_publish", "after the file's deferred commit, before its one publication"))
 
 
 def _run_points() -> tuple[CrashPoint, ...]:
@@ -325,6 +343,10 @@ WRITERS: tuple[Writer, ...] = (
     Writer(name="ingest", summary="ingest a batch", table="orders", setup=_setup_ingest, batch=True,
            argv=lambda lake, s: ["ingest", str(s.batch)], points=_ingest_points(),
            subset=("stage.after_first_file", SQLITE_HOOK, TEMP_PREFIX + "_quarantine")),
+    Writer(name="ingest-parts", summary="ingest the batch as a file over the part limit (7 parts)",
+           table="orders", setup=_setup_ingest, argv=lambda lake, s: ["ingest", str(s.batch)],
+           points=_parts_points(), subset=("parts.after_spill", "parts.after_group"),
+           env=((ENV_MAX_PART, str(PARTS_LIMIT)),)),
     Writer(name="replay", summary="replay a received, unapplied batch", table="orders", setup=_setup_replay,
            batch=True, argv=lambda lake, s: ["replay", batch_id_of(CRASH_BATCH)],
            points=(_p("ingest.after_raw", "after the raw batch is re-read and kept"),
@@ -412,8 +434,9 @@ def _install_sqlite_hook() -> None:
     sqlite3.connect = connect  # type: ignore[assignment]
 
 
-def run_child(lake_dir: Path, argv: list[str], point: CrashPoint) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, CRASH_ENV: point.name}
+def run_child(lake_dir: Path, argv: list[str], point: CrashPoint, *, extra: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(extra or {}), CRASH_ENV: point.name}
     env.pop(DELAY_ENV, None)
     if point.delay is not None:
         env[DELAY_ENV] = str(point.delay)
@@ -423,11 +446,12 @@ def run_child(lake_dir: Path, argv: list[str], point: CrashPoint) -> subprocess.
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-def run_cli(lake_dir: Path, argv: list[str]) -> tuple[int, dict[str, Any]]:
+def run_cli(lake_dir: Path, argv: list[str], *, extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """Run a command as a user would, in its own interpreter (the reference run and the rerun). The drill
     sits beside the CLI, not above it: it never imports it."""
     proc = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(lake_dir), *argv, "--json"],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, **(extra or {})} if extra else None)
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
     except (json.JSONDecodeError, IndexError):
@@ -649,7 +673,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
     shutil.copytree(base, lake_dir)
     argv = writer.argv(lake_dir, scene)
     started = time.perf_counter()
-    proc = run_child(lake_dir, argv, point)
+    proc = run_child(lake_dir, argv, point, extra=dict(writer.env))
     killed = proc.returncode == -signal.SIGKILL
     table = writer.table
     batch_id = batch_id_of(CRASH_BATCH)
@@ -685,7 +709,7 @@ def drill_point(scene: Scene, writer: Writer, index: int, point: CrashPoint, *, 
     if writer.batch:
         checks["quarantine_complete"] = q_rows is None or q_rows == ref_quarantined
 
-    code, out = run_cli(lake_dir, argv)
+    code, out = run_cli(lake_dir, argv, extra=dict(writer.env))
     lake = Lake.open(lake_dir)
     final = outcome(lake_dir, writer)
     pub = lake.published(table)
@@ -743,7 +767,7 @@ def drill_writer(root: Path, writer: Writer, *, labels: set[str] | None, declare
     before = outcome(base, writer)
     ref_dir = scene.root / "reference" / "lake"
     shutil.copytree(base, ref_dir)
-    code, out = run_cli(ref_dir, writer.argv(ref_dir, scene))
+    code, out = run_cli(ref_dir, writer.argv(ref_dir, scene), extra=dict(writer.env))
     after = outcome(ref_dir, writer)
     ref_lake = Lake.open(ref_dir)
     checks = {"reference_run_succeeds": _rerun_ok(writer, code, out), "reference_changes_state": after != before}
