@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from . import _delta, s3config
 from ._malloc import use_system_arrow_pool
+from .audit import audit_days, parse_days
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
@@ -22,21 +24,25 @@ from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
 from .erasure.records import PendingItem
 from .errors import ConfigError, InputError
+from .external import GateReport, PublishReport, gate_manifest, load_manifest, publish_manifest
+from .external.publish import check_publish_target
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.locations import inside
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
-from .lakeroot import open_root
+from .lakeroot import holds_lake, open_root
 from .maintenance.erase import ErasureReport, check_request, erase_subject
 from .maintenance.rollback import RollbackReport, rollback
-from .maintenance.upkeep import before_work
+from .maintenance.upkeep import Upkeep, before_work
 from .maintenance.vacuum import VacuumReport, vacuum_table
 from .parts import ingest_file
 from .quarantine import QuarantineLedger
+from .quarantine.view import QuarantineListing, quarantine_records
 from .raw import RawStore
-from .register import read_registered, scan_registered
+from .register import Registration, read_registered, register_table, scan_registered
+from .register.registry import check_source
 from .retention import (
     BACKUP_EXPIRY_DAYS,
     ORPHAN_GRACE_HOURS,
@@ -237,6 +243,61 @@ class Lake(LakeContext):
         """Pending evidence for every erased subject: what still holds it, and until when."""
         return self.erasure_reader.pending(raw_retention_days=raw_retention_days,
                                            backup_expiry_days=backup_expiry_days)
+
+    def resume_erasures(self, table: str = DEFAULT_TABLE) -> Upkeep:
+        """Complete erasures a killed writer left pending (`erase --resume`): the writers' upkeep alone
+        (temp files swept, a legacy quarantine migrated, a landed-but-unpublished commit published),
+        which every writer also runs before its own work."""
+        return before_work(self.table(table))
+
+    # -- tables and files written by others ------------------------------------------------------
+    @staticmethod
+    def exists(uri: str | os.PathLike[str], *, storage_options: dict[str, str] | None = None) -> bool:
+        """Whether `uri` holds a lake (what `open` needs and `create` makes)."""
+        return holds_lake(Storage(str(uri), storage_options))
+
+    @staticmethod
+    def check_registrable(name: str, uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+        """What `register` checks of the table at `uri` before it needs a lake (name, table, inventory
+        gate): run it before creating a lake for the table, so a refused table creates none."""
+        check_source(name, uri, storage_options or {})
+
+    def register(self, name: str, uri: str) -> Registration:
+        """Catalog the Delta table at `uri` (written by anyone) as `name`, once every file its latest
+        version references is present with its size (GateError, exit 3, otherwise); reads of it are
+        re-gated and go through the engine its protocol and data allow."""
+        return register_table(self, name, uri)
+
+    @staticmethod
+    def check_manifest(uri: str | os.PathLike[str], manifest: str | os.PathLike[str], *,
+                       storage_options: dict[str, str] | None = None, create: bool = False) -> None:
+        """Before `publish` opens (or with `create`, creates) the lake at `uri`: the manifest parses
+        (InputError otherwise), and a lake is created only where the manifest's objects are."""
+        check_publish_target(str(uri), manifest, storage_options, create=create)
+
+    def gate(self, manifest: str | os.PathLike[str]) -> GateReport:
+        """Check a producer manifest against its partition's object inventory; registers nothing."""
+        return gate_manifest(self, load_manifest(manifest, self.tables))
+
+    def publish(self, manifest: str | os.PathLike[str]) -> PublishReport:
+        """Gate a producer manifest, then one strict Delta commit of its files, the catalog generation and
+        the cache refresh; a failed gate commits and publishes nothing (the report says why)."""
+        return publish_manifest(self, load_manifest(manifest, self.tables))
+
+    # -- inspection ------------------------------------------------------------------------------
+    def audit(self, days: str | tuple[int, int], *, table: str = DEFAULT_TABLE,
+              version: int | None = None) -> dict[str, Any]:
+        """Candidate files and row groups for days A..B ("A:B", "A" or (A, B)) at the published (or
+        pinned) version, and the bytes scanned against a full scan."""
+        first, last = parse_days(days) if isinstance(days, str) else days
+        return audit_days(self, table, first, last, version)
+
+    def quarantined(self, *, batch_id: str | None = None, reason: str | None = None,
+                   show: bool = False) -> QuarantineListing:
+        """The rejected lines (batch, line, byte span, reason, detail, subject hash), optionally of one
+        batch (an id prefix) or reason; `show` reads each line's text from its raw batch, withholding
+        lines that name an erased subject."""
+        return QuarantineListing(quarantine_records(self, batch_id=batch_id, reason=reason, show=show), show)
 
 
 def _check_own_catalog(lake: Lake) -> None:
