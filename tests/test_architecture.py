@@ -234,6 +234,13 @@ def test_scan_delta_only_in_the_adapter() -> None:
     assert bad == []
 
 
+def test_drills_do_not_import_the_release_run() -> None:
+    """The release run runs the drills; a drill stages through the writer API (no Release <-> Drills loop)."""
+    bad = sorted(f"{mod} imports {dep}" for mod, deps in _edges().items() if _is(mod, "delta_release.drills")
+                 for dep in deps if _is(dep, "delta_release.release"))
+    assert bad == []
+
+
 def test_crash_drill_does_not_import_the_cli() -> None:
     assert not [i for i in _graph()["delta_release.drills.crash"] if _is(i, "delta_release.cli")]
 
