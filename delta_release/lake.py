@@ -50,6 +50,7 @@ from .retention import (
     REPLAY_HORIZON_HOURS,
     RETAIN_VERSIONS,
 )
+from .status import LakeStatus, lake_status
 from .storage import Storage
 from .tables import DEFAULT_TABLE, DEFAULT_TABLES_DIR, TableDef, load_table_defs
 
@@ -291,6 +292,12 @@ class Lake(LakeContext):
         pinned) version, and the bytes scanned against a full scan."""
         first, last = parse_days(days) if isinstance(days, str) else days
         return audit_days(self, table, first, last, version)
+
+    def status(self) -> LakeStatus:
+        """The lake at a glance: per table the published version and generation, the latest commit, what
+        is committed but not published and the vacuum debt; pending erasures and when they clear; the
+        last release run."""
+        return LakeStatus(lake_status(self))
 
     def quarantined(self, *, batch_id: str | None = None, reason: str | None = None,
                    show: bool = False) -> QuarantineListing:

@@ -22,6 +22,7 @@ from ..errors import StaleParentError
 from ..ingest import applied_batches
 from ..lake import Lake
 from ..stats import p95
+from ..status import LAST_RUN
 from ..tables import DEFAULT_TABLE
 from .candidate import hold, receive, ship, stage_run
 from .checks import AT_LEAST, AT_MOST, CHECK_RESULT_NAMES, THRESHOLD_CHECKS, RunContext, run_check
@@ -30,7 +31,6 @@ from .counts import run_counts, source_of
 from .lakeopen import open_run_lake
 from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
 from .report import render_index, render_report
-from .status import LAST_RUN
 
 Progress = Callable[[str], None]
 
