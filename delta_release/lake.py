@@ -20,10 +20,11 @@ from .audit import audit_days, parse_days
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
+from .contract.parts import max_part_bytes
 from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
 from .erasure.records import PendingItem
-from .errors import ConfigError, InputError
+from .errors import ConfigError, InputError, rust_panic
 from .external import GateReport, PublishReport, gate_manifest, load_manifest, publish_manifest
 from .external.publish import check_publish_target
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
@@ -165,6 +166,12 @@ class Lake(LakeContext):
             return ingest_batch(self, source, table=table, publish=publish)
         return ingest_file(self, source, table=table, publish=publish)  # in parts past the part limit
 
+    @staticmethod
+    def part_limit() -> int:
+        """The size past which `ingest` receives a file in parts: $DELTA_RELEASE_MAX_PART_BYTES, else 256 MiB;
+        InputError naming the variable for a value that is not a size."""
+        return max_part_bytes()
+
     def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
                table: str = DEFAULT_TABLE) -> list[IngestReport]:
         """Re-apply retained raw batches (one by id, or all); idempotent, and erased subjects stay out."""
@@ -196,6 +203,25 @@ class Lake(LakeContext):
         try:
             return self.gateway.scan(table, version).collect()
         except OSError as exc:  # files gone from storage: VacuumedVersionError (gateway/diagnosis.py)
+            err = self.gateway.diagnose(table, version, exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+    def read_with(self, engine: str, table: str = DEFAULT_TABLE, *,
+                  version: int | None = None) -> tuple[pl.DataFrame, str]:
+        """`read` by the engine asked for ("polars" or "duckdb"); returns the rows and the engine that read
+        them (a registered table is re-gated and read by the engine its protocol and data allow). Files
+        gone or damaged are a refusal naming the version (VacuumedVersionError, GateError)."""
+        entry = self.catalog.table(table)
+        if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
+            return read_registered(self, table, version, engine=engine)
+        try:
+            return (self.gateway.read_duckdb(table, version) if engine == "duckdb"
+                    else self.scan(table, version).collect()), engine
+        except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
+            if not isinstance(exc, Exception) and not rust_panic(exc):
+                raise
             err = self.gateway.diagnose(table, version, exc)
             if err is exc:
                 raise
