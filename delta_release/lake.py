@@ -34,6 +34,7 @@ from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
 from .lakeroot import holds_lake, open_root
+from .maintenance.catalog import CatalogMigration, migrate_sqlite_catalog, repair_own_entries
 from .maintenance.erase import ErasureReport, check_request, erase_subject
 from .maintenance.rollback import RollbackReport, rollback
 from .maintenance.upkeep import Upkeep, before_work
@@ -318,6 +319,21 @@ class Lake(LakeContext):
         pinned) version, and the bytes scanned against a full scan."""
         first, last = parse_days(days) if isinstance(days, str) else days
         return audit_days(self, table, first, last, version)
+
+    # -- the catalog, on a lake not opened (opening refuses what repair fixes) --------------------
+    @staticmethod
+    def migrate_catalog(uri: str | os.PathLike[str], *, source: str | os.PathLike[str] | None = None,
+                        storage_options: dict[str, str] | None = None) -> CatalogMigration:
+        """Move every table entry and publication of a SQLite catalog (`source`, else $DELTA_RELEASE_CATALOG
+        naming a file, else the lake's `_catalog/catalog.sqlite`) into the lake-resident catalog;
+        create-only and idempotent, the lake switching to it only once every publication is verified."""
+        return migrate_sqlite_catalog(Storage(str(uri), storage_options), None if source is None else Path(source))
+
+    @staticmethod
+    def repair_catalog(uri: str | os.PathLike[str], *, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+        """Point each of the lake's own tables back at its folder in the lake (an entry outside the lake,
+        of another kind or unreadable is refused by every command); publications are never rewritten."""
+        return repair_own_entries(Storage(str(uri), storage_options))
 
     def status(self) -> LakeStatus:
         """The lake at a glance: per table the published version and generation, the latest commit, what
