@@ -21,13 +21,19 @@ from .errors import (
     StaleParentError,
     VacuumedVersionError,
 )
+from .external import GateReport, PublishReport  # noqa: E402
 from .gateway.engines import EngineMismatchError  # noqa: E402
 from .history import HistoryEntry  # noqa: E402
 from .ingest import IngestReport  # noqa: E402
 from .lake import Lake
+from .maintenance.catalog import CatalogMigration  # noqa: E402
 from .maintenance.erase import ErasureReport  # noqa: E402
 from .maintenance.rollback import RollbackReport  # noqa: E402
+from .maintenance.upkeep import Upkeep  # noqa: E402
 from .maintenance.vacuum import VacuumReport  # noqa: E402
+from .quarantine.view import QuarantineListing  # noqa: E402
+from .register import Registration  # noqa: E402
+from .status import LakeStatus  # noqa: E402
 
 __all__ = [
     "CatalogIntegrityError", "ConfigError", "DeltaReleaseError", "ErasureExposureError", "FreshnessError", "GateError",
@@ -35,4 +41,5 @@ __all__ = [
     "StaleParentError", "__version__", "LakeNotFoundError", "VacuumedVersionError",
     "ErasureReport", "PendingItem", "HistoryEntry", "IngestReport",
     "RollbackReport", "VacuumReport", "UnknownSubjectError", "ErasureKeyError", "EngineMismatchError",
+    "GateReport", "PublishReport", "Registration", "QuarantineListing", "LakeStatus", "Upkeep", "CatalogMigration",
 ]

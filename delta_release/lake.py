@@ -10,33 +10,41 @@ from __future__ import annotations
 import os
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from . import _delta, s3config
 from ._malloc import use_system_arrow_pool
+from .audit import audit_days, parse_days
 from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
+from .contract.parts import max_part_bytes
 from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
 from .erasure.records import PendingItem
-from .errors import ConfigError, InputError
+from .errors import ConfigError, InputError, rust_panic
+from .external import GateReport, PublishReport, gate_manifest, load_manifest, publish_manifest
+from .external.publish import check_publish_target
 from .gateway.catalog import Catalog, Publication, SqliteCatalog
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.locations import inside
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
 from .ingest import IngestReport, ingest_batch, replay_batches
-from .lakeroot import open_root
+from .lakeroot import holds_lake, open_root
+from .maintenance.catalog import CatalogMigration, migrate_sqlite_catalog, repair_own_entries
 from .maintenance.erase import ErasureReport, check_request, erase_subject
 from .maintenance.rollback import RollbackReport, rollback
-from .maintenance.upkeep import before_work
+from .maintenance.upkeep import Upkeep, before_work
 from .maintenance.vacuum import VacuumReport, vacuum_table
 from .parts import ingest_file
 from .quarantine import QuarantineLedger
+from .quarantine.view import QuarantineListing, quarantine_records
 from .raw import RawStore
-from .register import read_registered, scan_registered
+from .register import Registration, read_registered, register_table, scan_registered
+from .register.registry import check_source
 from .retention import (
     BACKUP_EXPIRY_DAYS,
     ORPHAN_GRACE_HOURS,
@@ -44,6 +52,7 @@ from .retention import (
     REPLAY_HORIZON_HOURS,
     RETAIN_VERSIONS,
 )
+from .status import LakeStatus, lake_status
 from .storage import Storage
 from .tables import DEFAULT_TABLE, DEFAULT_TABLES_DIR, TableDef, load_table_defs
 
@@ -158,6 +167,12 @@ class Lake(LakeContext):
             return ingest_batch(self, source, table=table, publish=publish)
         return ingest_file(self, source, table=table, publish=publish)  # in parts past the part limit
 
+    @staticmethod
+    def part_limit() -> int:
+        """The size past which `ingest` receives a file in parts: $DELTA_RELEASE_MAX_PART_BYTES, else 256 MiB;
+        InputError naming the variable for a value that is not a size."""
+        return max_part_bytes()
+
     def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
                table: str = DEFAULT_TABLE) -> list[IngestReport]:
         """Re-apply retained raw batches (one by id, or all); idempotent, and erased subjects stay out."""
@@ -189,6 +204,25 @@ class Lake(LakeContext):
         try:
             return self.gateway.scan(table, version).collect()
         except OSError as exc:  # files gone from storage: VacuumedVersionError (gateway/diagnosis.py)
+            err = self.gateway.diagnose(table, version, exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+    def read_with(self, engine: str, table: str = DEFAULT_TABLE, *,
+                  version: int | None = None) -> tuple[pl.DataFrame, str]:
+        """`read` by the engine asked for ("polars" or "duckdb"); returns the rows and the engine that read
+        them (a registered table is re-gated and read by the engine its protocol and data allow). Files
+        gone or damaged are a refusal naming the version (VacuumedVersionError, GateError)."""
+        entry = self.catalog.table(table)
+        if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
+            return read_registered(self, table, version, engine=engine)
+        try:
+            return (self.gateway.read_duckdb(table, version) if engine == "duckdb"
+                    else self.scan(table, version).collect()), engine
+        except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
+            if not isinstance(exc, Exception) and not rust_panic(exc):
+                raise
             err = self.gateway.diagnose(table, version, exc)
             if err is exc:
                 raise
@@ -237,6 +271,82 @@ class Lake(LakeContext):
         """Pending evidence for every erased subject: what still holds it, and until when."""
         return self.erasure_reader.pending(raw_retention_days=raw_retention_days,
                                            backup_expiry_days=backup_expiry_days)
+
+    def resume_erasures(self, table: str = DEFAULT_TABLE) -> Upkeep:
+        """Complete erasures a killed writer left pending (`erase --resume`): the writers' upkeep alone
+        (temp files swept, a legacy quarantine migrated, a landed-but-unpublished commit published),
+        which every writer also runs before its own work."""
+        return before_work(self.table(table))
+
+    # -- tables and files written by others ------------------------------------------------------
+    @staticmethod
+    def exists(uri: str | os.PathLike[str], *, storage_options: dict[str, str] | None = None) -> bool:
+        """Whether `uri` holds a lake (what `open` needs and `create` makes)."""
+        return holds_lake(Storage(str(uri), storage_options))
+
+    @staticmethod
+    def check_registrable(name: str, uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+        """What `register` checks of the table at `uri` before it needs a lake (name, table, inventory
+        gate): run it before creating a lake for the table, so a refused table creates none."""
+        check_source(name, uri, storage_options or {})
+
+    def register(self, name: str, uri: str) -> Registration:
+        """Catalog the Delta table at `uri` (written by anyone) as `name`, once every file its latest
+        version references is present with its size (GateError, exit 3, otherwise); reads of it are
+        re-gated and go through the engine its protocol and data allow."""
+        return register_table(self, name, uri)
+
+    @staticmethod
+    def check_manifest(uri: str | os.PathLike[str], manifest: str | os.PathLike[str], *,
+                       storage_options: dict[str, str] | None = None, create: bool = False) -> None:
+        """Before `publish` opens (or with `create`, creates) the lake at `uri`: the manifest parses
+        (InputError otherwise), and a lake is created only where the manifest's objects are."""
+        check_publish_target(str(uri), manifest, storage_options, create=create)
+
+    def gate(self, manifest: str | os.PathLike[str]) -> GateReport:
+        """Check a producer manifest against its partition's object inventory; registers nothing."""
+        return gate_manifest(self, load_manifest(manifest, self.tables))
+
+    def publish(self, manifest: str | os.PathLike[str]) -> PublishReport:
+        """Gate a producer manifest, then one strict Delta commit of its files, the catalog generation and
+        the cache refresh; a failed gate commits and publishes nothing (the report says why)."""
+        return publish_manifest(self, load_manifest(manifest, self.tables))
+
+    # -- inspection ------------------------------------------------------------------------------
+    def audit(self, days: str | tuple[int, int], *, table: str = DEFAULT_TABLE,
+              version: int | None = None) -> dict[str, Any]:
+        """Candidate files and row groups for days A..B ("A:B", "A" or (A, B)) at the published (or
+        pinned) version, and the bytes scanned against a full scan."""
+        first, last = parse_days(days) if isinstance(days, str) else days
+        return audit_days(self, table, first, last, version)
+
+    # -- the catalog, on a lake not opened (opening refuses what repair fixes) --------------------
+    @staticmethod
+    def migrate_catalog(uri: str | os.PathLike[str], *, source: str | os.PathLike[str] | None = None,
+                        storage_options: dict[str, str] | None = None) -> CatalogMigration:
+        """Move every table entry and publication of a SQLite catalog (`source`, else $DELTA_RELEASE_CATALOG
+        naming a file, else the lake's `_catalog/catalog.sqlite`) into the lake-resident catalog;
+        create-only and idempotent, the lake switching to it only once every publication is verified."""
+        return migrate_sqlite_catalog(Storage(str(uri), storage_options), None if source is None else Path(source))
+
+    @staticmethod
+    def repair_catalog(uri: str | os.PathLike[str], *, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+        """Point each of the lake's own tables back at its folder in the lake (an entry outside the lake,
+        of another kind or unreadable is refused by every command); publications are never rewritten."""
+        return repair_own_entries(Storage(str(uri), storage_options))
+
+    def status(self) -> LakeStatus:
+        """The lake at a glance: per table the published version and generation, the latest commit, what
+        is committed but not published and the vacuum debt; pending erasures and when they clear; the
+        last release run."""
+        return LakeStatus(lake_status(self))
+
+    def quarantined(self, *, batch_id: str | None = None, reason: str | None = None,
+                   show: bool = False) -> QuarantineListing:
+        """The rejected lines (batch, line, byte span, reason, detail, subject hash), optionally of one
+        batch (an id prefix) or reason; `show` reads each line's text from its raw batch, withholding
+        lines that name an erased subject."""
+        return QuarantineListing(quarantine_records(self, batch_id=batch_id, reason=reason, show=show), show)
 
 
 def _check_own_catalog(lake: Lake) -> None:

@@ -34,6 +34,12 @@ COMMIT_FLOOR = ("delta_release.commit", "delta_release.context", "delta_release.
                 "delta_release.errors", "delta_release.faults", "delta_release.storage",
                 "delta_release.progress")  # a leaf like faults: the writer marks its phases for the ETA
 
+# what the command line may import: the facade, the release run, the drills and the kernel; every user verb
+# is a `Lake` method (#38 item 3)
+CLI_FLOOR = ("delta_release.cli", "delta_release.lake", "delta_release.__init__", "delta_release.errors",
+             "delta_release.release.run", "delta_release.drills", "delta_release.progress",
+             "delta_release.arguments", "delta_release.retention", "delta_release.s3config")
+
 
 def _module(path: Path) -> str:
     rel = path.relative_to(PKG.parent).with_suffix("")
@@ -193,6 +199,12 @@ def test_the_committer_imports_nothing_above_its_floor() -> None:
     assert bad == []
 
 
+def test_the_command_line_imports_only_the_facade_the_run_the_drills_and_the_kernel() -> None:
+    bad = sorted(f"{mod} imports {dep}" for mod, deps in _edges().items() if _is(mod, "delta_release.cli")
+                 for dep in deps if not any(_is(dep, f) for f in CLI_FLOOR))
+    assert bad == [], "put the verb on Lake and call it from the CLI"
+
+
 def test_nothing_below_the_facade_imports_it_or_the_layers_above() -> None:
     bad = sorted(f"{mod} imports {imp}" for mod, imps in _graph().items() if _lower(mod)
                  for imp in imps for upper in UPPER if _is(imp, upper))
@@ -209,6 +221,13 @@ def test_scan_delta_only_in_the_adapter() -> None:
     bad = [_module(p) for p in PKG.rglob("*.py") if _module(p) != "delta_release._delta"
            and any(isinstance(n, ast.Attribute) and n.attr == "scan_delta"
                    for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))))]
+    assert bad == []
+
+
+def test_drills_do_not_import_the_release_run() -> None:
+    """The release run runs the drills; a drill stages through the writer API (no Release <-> Drills loop)."""
+    bad = sorted(f"{mod} imports {dep}" for mod, deps in _edges().items() if _is(mod, "delta_release.drills")
+                 for dep in deps if _is(dep, "delta_release.release"))
     assert bad == []
 
 

@@ -42,8 +42,9 @@ def test_error_policy_raises_instead_of_answering_from_a_stale_cache(lake: dr.La
     assert reader.read()["order_id"].to_list() == ["a"]
 
 
-def test_unknown_policy_is_an_input_error(tmp_path: Path) -> None:
-    with pytest.raises(InputError):
+def test_unknown_policy_is_an_input_error(lake: dr.Lake, tmp_path: Path) -> None:
+    # (on an existing lake: on a missing one the "holds no lake" error answered first, whatever the policy)
+    with pytest.raises(InputError, match=r"unknown freshness policy 'sometimes' \(refresh or error\)"):
         dr.Lake.open(tmp_path / "lake", freshness="sometimes")
 
 
@@ -66,9 +67,14 @@ def test_cache_records_when_the_refresh_completed(tmp_path: Path, clock: FixedCl
 
 
 def test_a_version_newer_than_the_published_one_is_refused(lake: dr.Lake) -> None:
-    lake.ingest(jsonl([up("a", 1)]))
-    with pytest.raises(NotFoundError):
-        lake.scan("orders", 2)
+    published = lake.ingest(jsonl([up("a", 1)])).version
+    pending = lake.ingest(jsonl([up("b", 2)]), publish=False).version  # committed, not published
+    assert pending == published + 1 and lake.published("orders").version == published  # type: ignore[union-attr]
+    assert pl.scan_delta(lake.table_uri("orders"), version=pending).collect().height == 2  # it is readable
+    refused = rf"version {pending} of orders is not published \(published: {published}\)"
+    with pytest.raises(NotFoundError, match=refused):
+        lake.scan("orders", pending)
+    assert lake.read()["order_id"].to_list() == ["a"]
 
 
 PUBLISHER = textwrap.dedent("""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..audit import audit_days, parse_days
 from .base import Options, command_options, emit, open_lake
 
 
@@ -15,8 +14,8 @@ from .base import Options, command_options, emit, open_lake
 @command_options
 def audit(opts: Options, days: str, table: str, version: int | None) -> None:
     """Candidate files and row groups for a day-bounded audit, bytes scanned vs a full scan."""
-    a, b = parse_days(days)
-    r = audit_days(open_lake(opts), table, a, b, version)
+    r = open_lake(opts).audit(days, table=table, version=version)
+    a, b = r["days"]
     pct = 100.0 * r["fraction"]
     emit(opts, r, f"audit days {a}..{b} at version {r['version']}: files {r['files']['candidate']}/"
                   f"{r['files']['total']}, row groups {r['row_groups']['candidate']}/{r['row_groups']['total']}, "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -28,40 +27,11 @@ def migrate(opts: Options, source: tuple[str, str] | None) -> None:
     catalog only at the end, once every publication is copied and verified: a killed run leaves it on SQLite
     and a rerun completes it. The SQLite file is left in place (unless DELTA_RELEASE_CATALOG says otherwise).
     """
-    from ..erasure.ledger import load_key
-    from ..errors import InputError
-    from ..gateway.catalog import SqliteCatalog
-    from ..gateway.lake_catalog import (
-        CATALOG_ENV,
-        SQLITE_PATH,
-        check_own_catalog,
-        migrate_catalog,
-        not_a_catalog,
-    )
-    from ..lakeroot import open_root
-    from ..storage import Storage
+    from ..lake import Lake
 
-    storage = Storage(opts.lake, lake_options(opts))
-    if source is not None:
-        path = Path(source[1])
-    elif os.environ.get(CATALOG_ENV, "") not in ("", "lake", "sqlite", "memory"):
-        path = Path(os.environ[CATALOG_ENV])
-    elif storage.is_local:
-        path = storage.local_path(SQLITE_PATH)
-    else:
-        raise InputError("catalog migrate: an s3:// lake has no SQLite catalog of its own; "
-                         "name it with --from sqlite PATH", uri=storage.root)
-    if not path.is_file():
-        raise InputError(f"catalog migrate: no SQLite catalog at {path}", path=str(path))
-    open_root(storage, create=False)  # a mistyped --lake gets no `_catalog/` (LakeNotFoundError, exit 2)
-    problem = not_a_catalog(path)  # read-only first: a file that is not our catalog is neither changed nor taken
-    if problem:
-        raise InputError(f"catalog migrate: {problem}", path=str(path))
-    load_key(storage, create=False)  # a process whose erasure key is not the lake's writes nothing (exit 3)
-    sqlite = SqliteCatalog(path)
-    check_own_catalog(sqlite, storage, hint="name the SQLite file this lake published to with --from",
-                      compare_digest=True)
-    report = migrate_catalog(sqlite, storage)
+    migration = Lake.migrate_catalog(opts.lake, source=None if source is None else Path(source[1]),
+                                     storage_options=lake_options(opts))
+    path, report = migration.source, migration.to_json()
     lines = [f"migrated {path} -> {report['target']}: {report['moved']} publications moved, "
              f"{report['present']} already there"]
     for t in report["tables"]:
@@ -82,22 +52,13 @@ def repair(opts: Options) -> None:
     by every command (exit 3); this writes the entry the table definition says (a new revision on the lake
     catalog, the row replaced in SQLite) and touches nothing else. Publications are never rewritten here.
     """
-    from ..erasure.ledger import load_key
-    from ..gateway.lake_catalog import catalog_for, describe_catalog
-    from ..gateway.locations import repair_entries
-    from ..lakeroot import open_root
-    from ..storage import Storage
-    from ..tables import DEFAULT_TABLES_DIR, load_table_defs
+    from ..lake import Lake
 
-    storage = Storage(opts.lake, lake_options(opts))
-    open_root(storage, create=False)
-    load_key(storage, create=False)
-    cat = catalog_for(storage)
-    own = {t.name: (t.kind, t.location or t.name) for t in load_table_defs(DEFAULT_TABLES_DIR).values()}
-    repaired = repair_entries(cat, storage, own)
-    lines = [f"repaired {len(repaired)} table entr{'y' if len(repaired) == 1 else 'ies'} in {describe_catalog(cat)}"]
+    result = Lake.repair_catalog(opts.lake, storage_options=lake_options(opts))
+    repaired = result["repaired"]
+    lines = [f"repaired {len(repaired)} table entr{'y' if len(repaired) == 1 else 'ies'} in {result['catalog']}"]
     lines += [f"  {r['table']}: -> {r['location']} ({r['kind']}), was {r['refused']}" for r in repaired]
-    emit(opts, {"catalog": describe_catalog(cat), "repaired": repaired}, "\n".join(lines))
+    emit(opts, result, "\n".join(lines))
 
 
 def _ranges(gens: list[int]) -> str:

@@ -71,9 +71,7 @@ def erase(opts: Options, order_id: str | None, resume: bool, table: str, raw_ret
         raise click.UsageError("give either ORDER_ID or --resume")
     lake = open_lake(opts)
     if order_id is None:
-        from ..maintenance.upkeep import before_work
-
-        done = before_work(lake.table(table)).to_json()
+        done = lake.resume_erasures(table).to_json()
         emit(opts, done, f"completed {done['erasures_completed']} pending erasure(s)")
         return
     report = lake.erase(order_id, table=table, force=force, raw_retention_days=raw_retention_days,

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..errors import InputError, rust_panic
+from ..errors import InputError
 from .base import CREATE_HELP, Options, command_options, emit, open_lake
 
 
@@ -34,9 +34,9 @@ def ingest(opts: Options, path: str, create: bool) -> None:
         what = "is a directory" if batch.is_dir() else "is not a regular file" if batch.exists() else "not found"
         raise InputError(f"batch file {what}: {batch}", path=str(batch))
     from .. import progress
-    from ..contract.parts import max_part_bytes
+    from ..lake import Lake
 
-    max_part_bytes()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
+    Lake.part_limit()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
 
     size = batch.stat().st_size
     with progress.work(f"ingest {batch.name}", size, phases=progress.INGEST_PHASES, parts=True):  # bytes, ETA
@@ -68,22 +68,7 @@ def read(opts: Options, table: str, version: int | None, engine: str) -> None:
     """Current rows (tombstones and erased subjects never shown)."""
     lake = open_lake(opts)
     _, resolved = lake.gateway.resolve(table, version)
-    entry = lake.catalog.table(table)
-    if entry is not None and entry.kind == "registered":  # written by others: re-gated, engine chosen
-        from ..register.reader import read_registered
-
-        frame, engine = read_registered(lake, table, resolved, engine=engine)
-    else:
-        try:
-            frame = (lake.gateway.read_duckdb(table, resolved) if engine == "duckdb"
-                     else lake.scan(table, resolved).collect())
-        except BaseException as exc:  # files gone from storage or damaged: a refusal naming the version
-            if not isinstance(exc, Exception) and not rust_panic(exc):
-                raise
-            err = lake.gateway.diagnose(table, resolved, exc)
-            if err is exc:
-                raise
-            raise err from exc
+    frame, engine = lake.read_with(engine, table, version=resolved)
     rows = frame.to_dicts()
     emit(opts, {"table": table, "version": resolved, "engine": engine, "rows": rows},
          f"{table} at version {resolved}: {len(rows)} rows\n{frame}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..quarantine.view import quarantine_records, records_text
 from .base import Options, command_options, emit, open_lake
 
 
@@ -16,5 +15,5 @@ from .base import Options, command_options, emit, open_lake
 @command_options
 def quarantine(opts: Options, batch_id: str | None, reason: str | None, show: bool) -> None:
     """List rejected lines: batch, line, byte span in the raw batch, reason, detail, subject hash."""
-    records = quarantine_records(open_lake(opts), batch_id=batch_id, reason=reason, show=show)
-    emit(opts, {"records": records, "count": len(records)}, records_text(records, show=show))
+    listing = open_lake(opts).quarantined(batch_id=batch_id, reason=reason, show=show)
+    emit(opts, listing.to_json(), listing.text())

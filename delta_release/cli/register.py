@@ -19,14 +19,12 @@ def register(opts: Options, name: str, uri: str, create: bool) -> None:
     deletion vector whose bytes contradict the log. Files under the table root that no
     version references are reported, not refused. Read it with `read --table NAME [--version N]`.
     """
-    from ..lakeroot import holds_lake
-    from ..register.registry import check_source, register_table
-    from ..storage import Storage
+    from ..lake import Lake
 
     options = lake_options(opts)
-    if create and not holds_lake(Storage(opts.lake, options)):  # a new lake only for a table that passes
-        check_source(name, uri, options)
-    result = register_table(open_lake(opts, create=create), name, uri).to_json()
+    if create and not Lake.exists(opts.lake, storage_options=options):  # a new lake only for a table that passes
+        Lake.check_registrable(name, uri, storage_options=options)
+    result = open_lake(opts, create=create).register(name, uri).to_json()
     reader = result["reader"]
     how = reader["engine"] or "no installed engine (reads are refused)"
     limits = f" (Polars cannot: {'; '.join(reader['polars_limits'])})" if reader["polars_limits"] else ""

@@ -13,8 +13,7 @@ def status(opts: Options) -> None:
     """The lake at a glance: per table the published version and generation, the latest commit, what is
     committed but not published and vacuum debt; pending erasures and when they clear; the last run."""
     from .. import progress
-    from ..release.status import lake_status, status_text
 
     with progress.step("read lake state"):
-        s = lake_status(open_lake(opts))
-    emit(opts, s, status_text(s, progress.table))
+        s = open_lake(opts).status()
+    emit(opts, s.to_json(), s.text())

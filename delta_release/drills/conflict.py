@@ -7,10 +7,12 @@ reloads 42, re-applies its events (the tombstone now blocks the correction), reb
 stays absent and none of A's stale files is referenced by any version. A second case gives A's correction
 a higher position than the delete: after the rebuild, X is present with A's amount.
 
-A third case races a release run (issue 13): the run stages a correction of X on the latest version
-without committing; writer B deletes X and commits; the run's ship is refused (stale parent), so it
-HOLDs and discards its candidate. The Delta log then holds B's commit and nothing of the run, X stays
-absent, and none of the run's staged files exists or is referenced by any version.
+A third case races a release run (issue 13): a candidate staged as a run stages one (publication
+deferred) corrects X on the latest version without committing; writer B deletes X and commits; the
+run's ship (its strict commit) is refused (stale parent), which discards its staged files: a HOLD. The
+Delta log then holds B's commit and nothing of the run, X stays absent, and none of the run's staged
+files exists or is referenced by any version. The drill stages through the writer API, as every writer
+does (the release run itself runs this drill); the run's own race is tests/test_release_atomic.py's.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from ..contract import decode_batch
 from ..errors import StaleParentError
 from ..ingest import commit_candidate, prepare_candidate
 from ..lake import Lake
-from ..release.candidate import hold, receive, ship, stage_run
 from .scratch import prepare_scratch
 
 ORDER_X = "ord-x"
@@ -121,9 +122,9 @@ def _run_case(lake: Lake, *, run_position: int, b_position: int) -> dict[str, An
     """A release run staged on the latest version loses the race to writer B's delete of X."""
     parent = lake.latest_version("orders")
     assert parent is not None
-    batch = b"".join(json.dumps(e).encode() + b"\n" for e in [_up(ORDER_X, run_position, 5555, 47)])
-    candidate = stage_run(lake, [receive(lake, batch)], run_id="drill-conflict-run")
-    staged_paths = {f.path for f in candidate.staged.staged_files}
+    candidate = prepare_candidate(lake, _events([_up(ORDER_X, run_position, 5555, 47)]), parent=parent,
+                                  batch_ids=["drill-conflict-run"], operation="release", publish_now=False)
+    staged_paths = {f.path for f in candidate.staged_files}
     b_events = _events([{"schema_version": 3, "order_id": ORDER_X, "position": b_position, "kind": "delete"}])
     prep_b = prepare_candidate(lake, b_events, parent=parent, batch_ids=["drill-writer-b-run"],
                                operation="drill-conflict-b")
@@ -131,16 +132,16 @@ def _run_case(lake: Lake, *, run_position: int, b_position: int) -> dict[str, An
     lake.publish_version("orders", b_version, digest=prep_b.evidence.digest)
     log_before_ship = _log_files(lake)
     refused: dict[str, Any] = {"error": None}
-    discarded: dict[str, Any] = {}
+    discarded: list[str] = []
     try:
-        ship(candidate)
-    except StaleParentError as exc:
+        commit_candidate(lake, candidate)  # the ship
+    except StaleParentError as exc:  # the hold: a refused commit discards its staged files
         refused = {"error": type(exc).__name__, "expected": exc.expected, "found": exc.found}
-        discarded = hold(candidate)
+        discarded = sorted(staged_paths)
     store = lake.table_storage("orders")
     return {
         "parent": parent, "committed": {"writer": "B", "version": b_version}, "ship": refused,
-        "discarded_files": len(discarded.get("files", [])),
+        "discarded_files": len(discarded),
         "log_unchanged_by_hold": _log_files(lake) == log_before_ship,
         "latest": lake.latest_version("orders"),
         "order_present": ORDER_X in set(lake.read()["order_id"].to_list()),

@@ -239,6 +239,11 @@ class GateReport:
             kind.append(path)
         self.details.setdefault(path, []).append(detail)
 
+    @property
+    def directory(self) -> str:
+        """The partition as its directories name it: `hour=09`, not {'hour': 9}."""
+        return " ".join(partition_directory(k, v) for k, v in self.partition.items())
+
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "table": self.table, "partition": self.partition, "generation": self.generation,
                 "files": self.files, "missing": self.missing, "unexpected": self.unexpected,

@@ -8,16 +8,21 @@ A failed gate commits nothing and publishes nothing.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _delta
 from ..commit.writer import Change, ExistingFile, Plan, write
 from ..context import LakeContext, TableContext
+from ..errors import InputError
 from ..evidence import FileRecord
 from ..gateway.catalog import Publication
+from ..lakeroot import holds_lake
 from ..maintenance.upkeep import before_work
-from .manifest import GateReport, Manifest, gate_manifest
+from ..storage import Storage
+from ..tables import DEFAULT_TABLES_DIR, load_table_defs
+from .manifest import GateReport, Manifest, gate_manifest, load_manifest
 
 
 @dataclass(slots=True, kw_only=True)
@@ -110,3 +115,22 @@ def _as_int(value: Any) -> int | None:
         return None if value is None else int(str(value))
     except ValueError:
         return None
+
+
+def check_publish_target(uri: str, manifest: str | os.PathLike[str], storage_options: dict[str, str] | None,
+                         *, create: bool) -> None:
+    """A bad manifest is refused (InputError) before any lake is opened or created. With `create`, when
+    `uri` holds no lake, `publish --create` may create one only where the producer put the manifest's
+    objects (its partition folder under the table's root): a mistyped --lake has none, and its gate would
+    fail after the lake had been created. InputError (exit 2), nothing created."""
+    parsed = load_manifest(manifest, load_table_defs(DEFAULT_TABLES_DIR))
+    if not create:
+        return
+    root = Storage(uri, storage_options)
+    if holds_lake(root):
+        return
+    tdef = load_table_defs(DEFAULT_TABLES_DIR)[parsed.table]
+    folder = f"{tdef.location or tdef.name}/{parsed.directory}"
+    if not root.list(folder, recursive=False):
+        raise InputError(f"--lake {uri}: holds no lake, and the manifest's objects are not there "
+                         f"({folder}/ is empty or missing): nothing to publish", argument="--lake")

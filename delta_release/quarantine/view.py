@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -112,6 +113,19 @@ def printable(text: str, limit: int = TEXT_LIMIT) -> str:
     if len(safe) > limit:
         return f"{safe[:limit]}... ({len(safe) - limit} more characters)"
     return safe
+
+
+@dataclass(frozen=True)
+class QuarantineListing:
+    """`Lake.quarantine`'s answer: the records (with their text when `show`), as JSON and as lines."""
+    records: list[dict[str, Any]]
+    show: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"records": self.records, "count": len(self.records)}
+
+    def text(self) -> str:
+        return records_text(self.records, show=self.show)
 
 
 def records_text(records: list[dict[str, Any]], *, show: bool) -> str:

@@ -10,6 +10,9 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -19,18 +22,19 @@ from .. import progress as show
 from ..clock import Clock, iso
 from ..contract.parts import file_parts
 from ..errors import StaleParentError
+from ..gateway.catalog import Publication
 from ..ingest import applied_batches
 from ..lake import Lake
 from ..stats import p95
+from ..status import LAST_RUN
 from ..tables import DEFAULT_TABLE
-from .candidate import hold, receive, ship, stage_run
-from .checks import AT_LEAST, AT_MOST, CHECK_RESULT_NAMES, THRESHOLD_CHECKS, RunContext, run_check
+from .candidate import RunCandidate, hold, receive, ship, stage_run
+from .checks import AT_LEAST, AT_MOST, CHECK_RESULT_NAMES, THRESHOLD_CHECKS, CheckResult, RunContext, run_check
 from .config import load_release_config
 from .counts import run_counts, source_of
 from .lakeopen import open_run_lake
 from .packet import cost, next_steps, pending_evidence, rollback_plan, write_packet
 from .report import render_index, render_report
-from .status import LAST_RUN
 
 Progress = Callable[[str], None]
 
@@ -80,17 +84,43 @@ def run_release(config_path: str, *, lake: str | None = None, clock: Clock | Non
         return _run_release(cfg, clock=clock, progress=progress)
 
 
+@dataclass(slots=True, kw_only=True)
+class _Run:
+    """One release run's state, from the staged candidate to the decision: what the packet is built from."""
+
+    cfg: Any
+    lk: Lake
+    run_id: str
+    now: datetime
+    out_dir: Path
+    previous: Publication | None
+    staged: RunCandidate
+    received: list[tuple[Any, dict[str, Any]]]
+    counts: dict[str, Any]
+    ctx: RunContext
+    results: list[CheckResult] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    decision: str = "hold"
+    publication: Publication | None = None
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    shipped_version: int | None = None
+    stale: dict[str, Any] | None = None
+    discarded: dict[str, Any] | None = None
+
+    @property
+    def parent(self) -> int:
+        return self.staged.parent
+
+    @property
+    def scratch(self) -> Path:
+        return self.out_dir / "scratch"
+
+
 def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[str, Any]:
     show.note("open the lake")
     lk = open_run_lake(cfg, clock)
     if lk.created:
         progress(f"created a new lake at {lk.storage.root} (lake.create: true)")
-    now = lk.clock.now()
-    run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-    out_dir = cfg.packet_dir / run_id
-    scratch = out_dir / "scratch"
-    previous = lk.published("orders")
-    parent = lk.latest_version("orders")
     steps = len(cfg.sources) + len(cfg.checks) + 2
     step = 0
 
@@ -99,123 +129,154 @@ def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[s
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
+    run = _stage(cfg, lk, tick)
+    _check(run, tick, progress)
+    _decide(run, tick)
+    packet = build_packet(run)
+    return write_outputs(run, packet, tick)
+
+
+def _stage(cfg: Any, lk: Lake, tick: Progress) -> _Run:
+    """Receive every source (in parts past the part limit) and stage ONE candidate of them on the latest
+    version; the checks' context reads that staged candidate."""
+    now = lk.clock.now()
+    run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    out_dir = cfg.packet_dir / run_id
+    previous = lk.published("orders")
     received: list[tuple[Any, dict[str, Any]]] = []
     for source in cfg.sources:
         tick(f"receive {source.name}")
         show.note(f"receive {source.name}")
         parts = [receive(lk, part) for part in file_parts(source)]  # one per part past the part limit
         received += [(b, source_of(b, i, len(parts))) for i, b in enumerate(parts, start=1)]
-    batches = [b for b, _ in received]
     show.note("stage the candidate")
-    staged = stage_run(lk, batches, run_id=run_id)
-    reports: list[dict[str, Any]] = [r.to_json() for r in staged.reports]
+    staged = stage_run(lk, [b for b, _ in received], run_id=run_id)
     counts = run_counts(received)  # the one source of the packet's counts, tables, charts and thresholds
-    parent = staged.parent
-    ctx = RunContext(config=cfg, lake=lk, scratch=scratch, candidate=staged.snapshot,
+    ctx = RunContext(config=cfg, lake=lk, scratch=out_dir / "scratch", candidate=staged.snapshot,
                      recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
-                     batch_ids=applied_batches(lk, upto=parent) | set(staged.batch_ids), reports=counts["batches"])
-    results = []
+                     batch_ids=applied_batches(lk, upto=staged.parent) | set(staged.batch_ids),
+                     reports=counts["batches"])
+    return _Run(cfg=cfg, lk=lk, run_id=run_id, now=now, out_dir=out_dir, previous=previous, staged=staged,
+                received=received, counts=counts, ctx=ctx)
+
+
+def _check(run: _Run, tick: Progress, progress: Progress) -> None:
+    """Every configured check on the staged candidate, in order."""
     show.phase("checks")
-    for done, name in enumerate(cfg.checks):
+    for done, name in enumerate(run.cfg.checks):
         tick(f"check {name}")
-        show.fraction(done, len(cfg.checks))
+        show.fraction(done, len(run.cfg.checks))
         show.note(name)
-        for r in run_check(name, ctx):
-            results.append(r)
+        for r in run_check(name, run.ctx):
+            run.results.append(r)
             progress(f"      {'ok  ' if r.passed else 'FAIL'} {r.name}: {r.detail}")
     show.note("")
-    failed = [r.name for r in results if not r.passed]
-    publication = None
-    telemetry = []
-    shipped_version: int | None = None
-    stale: dict[str, Any] | None = None
-    discarded: dict[str, Any] | None = None
-    if not failed:
+    run.failed = [r.name for r in run.results if not r.passed]
+
+
+def _decide(run: _Run, tick: Progress) -> None:
+    """Ship (one strict commit on the run's parent, then publish) when every check passed and the parent
+    did not move; else hold (the staged files and this run's telemetry uploads discarded)."""
+    lk, staged = run.lk, run.staged
+    if not run.failed:
         show.phase("commit")
         try:
-            shipped = ship(staged)
-            shipped_version = shipped.version
+            run.shipped_version = ship(staged).version
         except StaleParentError as exc:  # the commit refused: nothing of the candidate became visible
-            stale = {"expected": exc.expected, "found": exc.found}
-            failed.append("stale_parent")
-    elif (latest := lk.latest_version("orders")) != parent:  # held anyway: say that it also raced a writer
-        stale = {"expected": parent, "found": latest}
-        failed.append("stale_parent")
-    decision = "hold" if failed else "ship"
-    tick(f"decision: {decision}")
-    if decision == "ship":
-        assert shipped_version is not None
+            run.stale = {"expected": exc.expected, "found": exc.found}
+            run.failed.append("stale_parent")
+    elif (latest := lk.latest_version("orders")) != run.parent:  # held anyway: say that it also raced a writer
+        run.stale = {"expected": run.parent, "found": latest}
+        run.failed.append("stale_parent")
+    run.decision = "hold" if run.failed else "ship"
+    tick(f"decision: {run.decision}")
+    if run.decision == "ship":
+        assert run.shipped_version is not None
         show.phase("publish")
-        publication = lk.publish_version("orders", shipped_version, digest=f"release-{run_id}",
-                                         label=f"release-{run_id}")
-        telemetry = _publish_manifests(lk, cfg)
+        run.publication = lk.publish_version("orders", run.shipped_version, digest=f"release-{run.run_id}",
+                                             label=f"release-{run.run_id}")
+        run.telemetry = _publish_manifests(lk, run.cfg)
         versions = {b.batch_id: b.report.version for b in staged.applied}  # set by the ship's commit
-        for entry in counts["batches"]:
+        for entry in run.counts["batches"]:
             entry["version"] = versions.get(entry["batch_id"], entry["version"])
     else:
-        discarded = hold(staged)
-        discarded["telemetry_files"] = _discard_uploads(lk, ctx.evidence.get("uploaded", []))
-    candidate = shipped_version if shipped_version is not None else parent
+        run.discarded = hold(staged)
+        run.discarded["telemetry_files"] = _discard_uploads(lk, run.ctx.evidence.get("uploaded", []))
+
+
+def build_packet(run: _Run) -> dict[str, Any]:
+    """The release packet of a decided run (packet_format 1): what was checked, decided and published."""
+    cfg, lk, ctx, previous = run.cfg, run.lk, run.ctx, run.previous
+    shipped_version, publication = run.shipped_version, run.publication
+    candidate = shipped_version if shipped_version is not None else run.parent
     show.phase("report")
     show.note("planning times")
-    planning = planning_times(lk, cfg.audit.days) if decision == "ship" else {}
+    planning = planning_times(lk, cfg.audit.days) if run.decision == "ship" else {}
     published_now = publication or previous
+    reports = [r.to_json() for r in run.staged.reports]
     packet: dict[str, Any] = {
         "packet_format": 1,
-        "run_id": run_id,
-        "created": iso(now),
+        "run_id": run.run_id,
+        "created": iso(run.now),
         "tool": {"name": "delta-release", "version": __version__},
         "lake": cfg.lake_uri,
         "config": {"path": str(cfg.path), "sha256": cfg.digest, "lake_from": cfg.lake_from, "checks": cfg.checks},
         "thresholds": _thresholds_json(cfg),
         "lake_created": lk.created,
-        "decision": decision,
-        "failed_checks": failed,
-        "reasons": [f"{r.name}: {r.detail}" for r in results if not r.passed],
-        "checks": {r.name: r.to_json() for r in results},
-        "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
-                     "candidate": staged.staged.evidence.candidate,
+        "decision": run.decision,
+        "failed_checks": run.failed,
+        "reasons": [f"{r.name}: {r.detail}" for r in run.results if not r.passed],
+        "checks": {r.name: r.to_json() for r in run.results},
+        "snapshot": {"table": "orders", "version": shipped_version, "parent": run.parent,
+                     "candidate": run.staged.staged.evidence.candidate,
                      "generation": publication.generation if publication else None,
                      "published_version": _version(published_now),
                      "published_generation": None if published_now is None else published_now.generation,
                      "previous": None if previous is None else {"version": previous.version,
                                                                 "generation": previous.generation}},
-        "telemetry": telemetry,
-        "discarded": discarded,
-        "stale_parent": stale,
+        "telemetry": run.telemetry,
+        "discarded": run.discarded,
+        "stale_parent": run.stale,
         "schema_versions": sorted({v for r in reports for v in r["schema_versions"]}),
         "files": ctx.evidence.get("files", []),
-        "counts": counts,
+        "counts": run.counts,
         "drills": ctx.evidence.get("drills", {}),
         "audit": ctx.evidence.get("audit"),
         "freshness": ctx.evidence.get("freshness"),
         "planning_ms": planning,
         "rollback_plan": rollback_plan(lk, lake_uri=cfg.lake_uri, published=published_now,
-                                       shipped=decision == "ship" and _version(previous) != shipped_version),
+                                       shipped=run.decision == "ship" and _version(previous) != shipped_version),
         "cost": cost(lk, cfg, candidate),
-        "pending": pending_evidence(lk, cfg, now),
+        "pending": pending_evidence(lk, cfg, run.now),
     }
     packet["next_steps"] = next_steps(packet, cfg)
+    return packet
+
+
+def write_outputs(run: _Run, packet: dict[str, Any], tick: Progress) -> dict[str, Any]:
+    """The packet, its HTML report, the packet directory's index and `_release/last_run.json`; the run's
+    answer (the CLI's JSON)."""
     show.note("packet and report")
-    packet_path, digest = write_packet(packet, out_dir)
-    report_path = render_report(packet, digest, out_dir / "report.html")
-    index_path = render_index(cfg.packet_dir)
-    shutil.rmtree(scratch, ignore_errors=True)
-    summary = {"run_id": run_id, "created": iso(now), "decision": decision, "packet": str(packet_path),
-               "report": str(report_path), "packet_sha256": digest, "failed_checks": failed,
-               "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,  # as the packet
-                            "generation": publication.generation if publication else None}}
-    lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
+    packet_path, digest = write_packet(packet, run.out_dir)
+    report_path = render_report(packet, digest, run.out_dir / "report.html")
+    index_path = render_index(run.cfg.packet_dir)
+    shutil.rmtree(run.scratch, ignore_errors=True)
+    snapshot = {"table": "orders", "version": run.shipped_version, "parent": run.parent,  # as the packet
+                "generation": run.publication.generation if run.publication else None}
+    summary = {"run_id": run.run_id, "created": iso(run.now), "decision": run.decision, "packet": str(packet_path),
+               "report": str(report_path), "packet_sha256": digest, "failed_checks": run.failed,
+               "snapshot": snapshot}
+    run.lk.storage.write_bytes(LAST_RUN, json.dumps(summary, sort_keys=True).encode())
     tick(f"packet written: {packet_path}")
-    return {"decision": decision, "packet": str(packet_path), "packet_sha256": digest, "report": str(report_path),
-            "index": str(index_path), "lake": cfg.lake_uri, "run_id": run_id,
-            "snapshot": {"table": "orders", "version": shipped_version, "parent": parent,
-                         "generation": publication.generation if publication else None},
-            "failed_checks": failed, "checks": {r.name: r.passed for r in results}, "discarded": discarded,
+    results = run.results
+    return {"decision": run.decision, "packet": str(packet_path), "packet_sha256": digest,
+            "report": str(report_path), "index": str(index_path), "lake": run.cfg.lake_uri, "run_id": run.run_id,
+            "snapshot": dict(snapshot), "failed_checks": run.failed, "checks": {r.name: r.passed for r in results},
+            "discarded": run.discarded,
             "summary": [{"check": r.name, "passed": r.passed, "observed": r.evidence.get("observed"),
                          "threshold": r.evidence.get("threshold"), "direction": r.evidence.get("direction"),
                          "seconds": round(r.seconds, 3)}
-                        for r in results], "lake_created": lk.created}
+                        for r in results], "lake_created": run.lk.created}
 
 
 def _thresholds_json(cfg: Any) -> dict[str, Any]:

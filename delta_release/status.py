@@ -1,18 +1,21 @@
 """`delta-release status`: the lake at a glance, from the lake alone (catalog, Delta logs, erasure ledger,
-the last release run's record `_release/last_run.json`)."""
+the last release run's record `_release/last_run.json`). Below the facade (`Lake.status`), so it reads
+through the context and the writers' modules, never through `Lake`'s verbs."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import _delta
-from ..clock import iso
-from ..history import commit_operation
+from . import _delta, progress
+from .clock import iso
+from .history import commit_operation
+from .maintenance.vacuum import vacuum_table
 
 if TYPE_CHECKING:
-    from ..lake import Lake
+    from .context import LakeContext
 
 LAST_RUN = "_release/last_run.json"
 _UNPUBLISHED_SHOWN = 20
@@ -22,7 +25,7 @@ def _ms(ts: int) -> str | None:
     return iso(datetime.fromtimestamp(ts / 1000, tz=UTC)) if ts else None
 
 
-def table_status(lake: Lake, name: str, kind: str) -> dict[str, Any]:
+def table_status(lake: LakeContext, name: str, kind: str) -> dict[str, Any]:
     pub = lake.published(name)
     out: dict[str, Any] = {"table": name, "kind": kind,
                            "published": None if pub is None else {"version": pub.version, "generation": pub.generation,
@@ -47,7 +50,7 @@ def table_status(lake: Lake, name: str, kind: str) -> dict[str, Any]:
     out["vacuum_debt"] = None
     if kind != "registered":
         try:
-            v = lake.vacuum(name, apply=False).to_json()
+            v = vacuum_table(lake, table=name, apply=False).to_json()
             out["vacuum_debt"] = {"files": len(v["removed"]), "bytes": v["bytes_removed"],
                                   "by_reason": v["removed_by_reason"]}
         except Exception as exc:  # noqa: BLE001
@@ -55,10 +58,10 @@ def table_status(lake: Lake, name: str, kind: str) -> dict[str, Any]:
     return out
 
 
-def erasure_status(lake: Lake) -> list[dict[str, Any]]:
+def erasure_status(lake: LakeContext) -> list[dict[str, Any]]:
     """Per erased subject (hash prefix only): what still holds it and when the last of it clears."""
     by_subject: dict[str, list[dict[str, Any]]] = {}
-    for item in lake.erasure_pending():
+    for item in lake.erasure_reader.pending():
         by_subject.setdefault(item["subject"], []).append(dict(item))
     out = []
     for subject, items in sorted(by_subject.items()):
@@ -70,7 +73,7 @@ def erasure_status(lake: Lake) -> list[dict[str, Any]]:
     return out
 
 
-def last_run(lake: Lake) -> dict[str, Any] | None:
+def last_run(lake: LakeContext) -> dict[str, Any] | None:
     if not lake.storage.exists(LAST_RUN):
         return None
     try:
@@ -80,13 +83,25 @@ def last_run(lake: Lake) -> dict[str, Any] | None:
     return data
 
 
-def lake_status(lake: Lake) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class LakeStatus:
+    """`Lake.status`'s answer: the facts (`to_json`) and the terminal view of them (`text`)."""
+    facts: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.facts
+
+    def text(self) -> str:
+        return status_text(self.facts, progress.table)
+
+
+def lake_status(lake: LakeContext) -> dict[str, Any]:
     tables = [table_status(lake, t.name, t.kind) for t in sorted(lake.catalog.tables(), key=lambda t: t.name)]
     return {"lake": lake.storage.root, "tables": tables, "erasures": erasure_status(lake), "last_run": last_run(lake)}
 
 
 def status_text(s: dict[str, Any], table_fn: Any) -> str:
-    from ..progress import human_bytes
+    from .progress import human_bytes
 
     rows = []
     for t in s["tables"]:
