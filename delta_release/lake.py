@@ -314,7 +314,7 @@ class Lake(LakeContext):
 
     # -- inspection ------------------------------------------------------------------------------
     def audit(self, days: str | tuple[int, int], *, table: str = DEFAULT_TABLE,
-              version: int | None = None) -> dict[str, Any]:
+              version: int | None = None) -> dict[str, object]:
         """Candidate files and row groups for days A..B ("A:B", "A" or (A, B)) at the published (or
         pinned) version, and the bytes scanned against a full scan."""
         first, last = parse_days(days) if isinstance(days, str) else days
