@@ -82,6 +82,9 @@ def exit_once(spec: str | None, name: str) -> None:
     point, _, marker = spec.partition(":")
     if point != name or not marker or os.path.exists(marker):
         return
-    with open(marker, "x", encoding="utf-8") as handle:
-        handle.write(str(os.getpid()))
+    try:
+        with open(marker, "x", encoding="utf-8") as handle:  # one process wins: the others go on
+            handle.write(str(os.getpid()))
+    except FileExistsError:
+        return
     os._exit(1)
