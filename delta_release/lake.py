@@ -23,13 +23,14 @@ from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
 from .contract.parts import max_part_bytes
 from .distributed import check_executor, ingest_file_on
+from .distributed.catalog import WorkerCatalog
 from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
 from .erasure.records import PendingItem
 from .errors import ConfigError, InputError, rust_panic
 from .external import GateReport, PublishReport, gate_manifest, load_manifest, publish_manifest
 from .external.publish import check_publish_target
-from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .gateway.catalog import Catalog, Publication, SqliteCatalog, TableEntry
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.locations import inside
 from .gateway.reader import Gateway
@@ -64,17 +65,18 @@ CATALOG_ENV = "DELTA_RELEASE_CATALOG"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Reopen:
     """The driver's lake, opened again in a worker process (distributed/: picklable, so Ray ships it to each
-    task). The worker's catalog is chosen as `Lake.open` would; the workers never publish."""
+    task), with the driver's table entries as its catalog (workers resolve locations, never publish)."""
 
     root: str
     storage_options: dict[str, str]
     tables: dict[str, TableDef]
     clock: Clock
+    entries: tuple[TableEntry, ...]
 
     def __call__(self) -> Lake:
-        storage = Storage(self.root, self.storage_options or None)
         use_system_arrow_pool()
-        return Lake(storage, catalog=catalog_for(storage, new_lake=False), clock=self.clock, tables=self.tables)
+        return Lake(Storage(self.root, self.storage_options or None), catalog=WorkerCatalog(self.entries),
+                    clock=self.clock, tables=self.tables)
 
 
 class Lake(LakeContext):
@@ -202,7 +204,8 @@ class Lake(LakeContext):
 
     def _reopener(self) -> _Reopen:
         return _Reopen(root=self.storage.root, storage_options=dict(self.storage.storage_options or {}),
-                       tables=dict(self.tables), clock=self.clock)
+                       tables=dict(self.tables), clock=self.clock,
+                       entries=tuple(e for name in self.tables if (e := self.catalog.table(name)) is not None))
 
     @staticmethod
     def part_limit() -> int:

@@ -21,12 +21,14 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, jsonl, up
+from s3server import S3Server, s3server  # noqa: F401 - the fixture
 from test_parts import _history
 
 import delta_release as dr
 from delta_release import _delta, faults
 from delta_release.contract.parts import ENV_MAX_PART
 from delta_release.distributed import ray_executor
+from delta_release.gateway.catalog import SqliteCatalog
 
 pytestmark = pytest.mark.slow  # `make test` runs slow tests: CI runs these
 
@@ -207,3 +209,23 @@ def test_a_local_lake_with_nodes_on_other_machines_is_refused(cluster: str, tmp_
     with pytest.raises(dr.InputError, match=r"on local disk .* nodes on other machines \(192\.0\.2\.7\): put the "
                        r"lake on s3://"):
         ray_executor.connect(lake)
+
+
+@pytest.mark.integration
+def test_ray_on_an_s3_lake_equals_local(cluster: str, s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers stage into the object store (the lake's storage options travel with each task; the driver's
+    catalog, a local SQLite file here, is never opened by a worker)."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_history(6, 200)))
+    _part_limit(monkeypatch, path, 2)
+    local = dr.Lake.create(tmp_path / "local")
+    want = local.ingest(path)
+    lake = dr.Lake.create(f"s3://{s3server.new_bucket()}/lake", storage_options=s3server.options,
+                          catalog=SqliteCatalog(tmp_path / "catalog.sqlite"))
+    got = lake.ingest(path, executor="ray")
+    assert len(got.parts) >= 2 and got.version == lake.published("orders").version == 1
+    assert (got.extracted, got.accepted, got.quarantined, got.reasons) == (
+        want.extracted, want.accepted, want.quarantined, want.reasons)
+    assert _rows(lake) == _rows(local)
+    assert all(lake.raw.read(p["batch_id"]) for p in got.parts)  # each part's raw copy, kept by its map task

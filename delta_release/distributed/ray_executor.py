@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .. import _delta
+from .. import _delta, progress
 from ..apply.fold import Columns
 from ..commit.writer import Change, write
 from ..context import LakeContext, TableContext
@@ -261,6 +261,11 @@ def ingest_parts_on_ray(lake: LakeContext, path: str | os.PathLike[str], ranges:
     groups = grouping.groups
     mapper = ray.remote(num_cpus=1, num_returns=2 + 2 * groups, max_retries=RETRIES)(_map_task)
     outs = [mapper.remote(opener, os.fspath(path), offset, size, grouping) for offset, size in ranges]
+    waiting = {out[0]: number for number, out in enumerate(outs, start=1)}
+    while waiting:  # the CLI's bar moves part by part as the maps finish (in any order)
+        done, _ = ray.wait(list(waiting), num_returns=1)
+        number = waiting.pop(done[0])
+        progress.item(f"part {number}/{len(ranges)} mapped", ranges[number - 1][1])
     summaries: list[_PartSummary] = _unwrapped(ray, [out[0] for out in outs])
     parts: list[_Part] = []
     first_line = 1
