@@ -197,6 +197,8 @@ def test_without_ray_the_executor_names_the_extra(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "pip install 'delta-release[distributed]'" in proc.stderr
     assert not (tmp_path / "lake").exists()  # refused before the lake is created
+    with pytest.raises(dr.InputError, match=r"unknown executor 'spark' \(local or ray\)"):
+        dr.Lake.check_executor("spark")
 
 
 def test_a_local_lake_with_nodes_on_other_machines_is_refused(cluster: str, tmp_path: Path,
