@@ -11,7 +11,9 @@ at a time. Then:
   (the groups never share a (day, bucket) file), so each (day, bucket) file is written once per ingest,
   in ONE stage, gate and strict commit (deferred) recording every part's batch id. The same-position
   check runs over the whole file (a group of positions at a time), so the counts, quarantine and table
-  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill;
+  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill. The
+  map of a part (`map_part`), the same-position check of a group (`reused_in`) and the reduce of a group
+  (`fold_group`) are functions of their own: `distributed/` runs them as Ray tasks (`--executor ray`);
 - on a table without buckets, each part is its own strict commit (deferred), in file order; the
   same-position check is per part (a position reused in a later part is judged as between batches: a
   conflict with the order's current row is quarantined).
