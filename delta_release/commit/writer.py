@@ -108,10 +108,14 @@ class Change:
     locations: dict[str, Any] | None = None
     gone_keys: list[str] = field(default_factory=list)
     hashed_locations: tuple[Any, Any] | None = None  # more locations, by keyed hash (index/keys.py `record`)
+    # Or: files already staged elsewhere for this parent (by workers: distributed/), with their evidence;
+    # gated here like the writer's own, and discarded like them (a failed gate, a stale parent)
+    prestaged: Candidate | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.partitions and self.stream is None and not self.existing and not self.removes
+        return (not self.partitions and self.stream is None and not self.existing and not self.removes
+                and self.prestaged is None)
 
 
 class Plan:
@@ -226,7 +230,12 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     change = plan.build(ctx, parent)
     candidate: Candidate | None = None
     try:
-        if change.partitions or change.stream is not None:
+        if change.prestaged is not None:
+            candidate = change.prestaged
+            progress.phase("gate")
+            gate_candidate(ctx.storage, candidate)
+            crash_point("ingest.after_gate")
+        elif change.partitions or change.stream is not None:
             tdef = ctx.table
             progress.phase("stage")
             candidate = stage_partitions(ctx.storage, table=ctx.name, parent=parent, batch_ids=change.batch_ids,
