@@ -32,7 +32,7 @@ from ._common import (
 from .bench_apply import top_phases
 
 SECTIONS = ("apply", "decode", "audit", "gate", "planning", "catalog", "versions", "writers", "memory", "stream",
-            "engines")
+            "engines", "ray")
 DEFAULT_OFF = {"stream"}  # run with --only stream
 
 
@@ -738,12 +738,59 @@ def bench_engines(scale: Scale, skip: set[str]) -> dict[str, Any]:
             "exit": proc.returncode}
 
 
+# -- Ray beside one process (issue 36.4; benchmarks/bench_ray.py) --------------------------------------------
+
+RAY_EVENTS = {"micro": 5_000, "tiny": 20_000, "small": 100_000, "full": 500_000}
+
+
+def bench_ray(scale: Scale, skip: set[str]) -> dict[str, Any]:
+    """The same file in 4 parts into copies of one lake: `Lake.ingest` in one process and with
+    `executor="ray"` on a local cluster of this machine's cores; engine start timed apart."""
+    import importlib.util
+    import os
+    import subprocess
+
+    if importlib.util.find_spec("ray") is None:
+        return {"rows": [("ray", "Lake.ingest(executor='ray')", "not run: ray is not installed "
+                          "(pip install 'delta-release[distributed]')", "", "")]}
+    events = RAY_EVENTS.get(scale.name, 100_000)
+    cmd = [sys.executable, "-m", "benchmarks.bench_ray", "--events", str(events), "--days", "365", "--parts", "4",
+           "--workers", str(os.cpu_count() or 2), "--repeats", "2"]
+    proc = subprocess.run(cmd, cwd=BENCH.parent, capture_output=True, text=True, timeout=3600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-2:]
+        return {"rows": [("ray", "Lake.ingest(executor='ray')", f"failed: exit {proc.returncode}: "
+                          + " | ".join(tail)[-200:], "", "")]}
+    r = json.loads(lines[-1])
+    local = median(r["local_s"])
+    ray_runs = r["ray"]
+    total = median([x["total_s"] for x in ray_runs])
+    best = min(ray_runs, key=lambda x: x["total_s"])
+    what = f"{r['events']:,} events over 365 days ({r['file_mb']} MB) in {r.get('parts', 4)} parts"
+    log(f"  ray: one process {local:.2f}s, ray {total:.2f}s (engine start {r['engine_start_s']}s)")
+    rows = [("ray", f"one process: Lake.ingest, {what}", f"{local:.2f} s (runs {', '.join(map(str, r['local_s']))})",
+             "", ""),
+            ("ray", f"Ray, {r['workers']} workers on this machine: Lake.ingest(executor='ray'), {what}",
+             f"{total:.2f} s (runs {', '.join(str(x['total_s']) for x in ray_runs)}); of the best: map "
+             f"{best['map_s']} s, reduce {best['reduce_s']} s, driver (gate {best['files']:,} files, commit, publish) "
+             f"{best['commit_s']} s; engine start {r['engine_start_s']} s, not in the total",
+             f"ray/one process = {total / local:.2f}x; per worker {best['per_worker_mb_s']} MB/s",
+             "equal tables (tests/test_distributed.py); a speed-up needs free cores or more machines")]
+    notes = [f"`{' '.join(cmd[1:])}`. Both contenders share the machine's {os.cpu_count()} cores; the workers "
+             "compete with each other and the driver, so this row shows the cost shape (engine start, map, "
+             "reduce, the committer), not a speed-up. docs/architecture.md (decision 12) derives 4/16/64 "
+             "workers from these figures."]
+    return {"result": r, "rows": rows, "notes": notes}
+
+
 # -- the run ---------------------------------------------------------------------------------------------
 
 BENCHES: dict[str, Callable[[Scale, set[str]], dict[str, Any]]] = {
     "apply": bench_apply, "decode": bench_decode, "audit": bench_audit, "gate": bench_gate,
     "planning": bench_planning, "catalog": bench_catalog, "versions": bench_versions,
     "writers": bench_writers, "memory": bench_memory, "stream": bench_stream, "engines": bench_engines,
+    "ray": bench_ray,
 }
 
 
