@@ -6,8 +6,8 @@ canonical JSON of everything else). The catalog publishes a version under that d
 commits use `CommitEvidence.from_json`; unknown keys land in `details`.
 
 Subject ids never appear here: files carry counts of distinct keys, not keys. An ingest or replay also
-records `key_filter` (`KeyFilter`): a Bloom filter of the keys it changed, over keyed hashes under a key
-derived from the lake secret (`ErasureLedger.filter_digests`), so a writer whose parent went stale decides
+records `key_filter` (`KeyFilter`): the sorted leading bits of keyed hashes of the keys it changed, under
+a key derived from the lake secret (`ErasureLedger.filter_digests`), so a writer whose parent went stale decides
 from the log alone whether those commits touched its keys (commit/rebase.py), without reading their files.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,26 +55,23 @@ class FileRecord:
                    bucket=d.get("bucket"))
 
 
-FILTER_HASH = "hmac-sha256/rebase-filter/1"  # what a filter's bits are made of (ErasureLedger.filter_digests)
-FILTER_FPR = 0.01  # a filter's false-positive rate at its sized key count: 1 in 100 foreign keys "may be in"
-FILTER_HASHES = 7  # bit positions per key: optimal (ln 2 x bits per key) at that rate
-FILTER_BITS_PER_KEY = -math.log(FILTER_FPR) / math.log(2) ** 2  # 9.59
-FILTER_MAX_BYTES = 64 << 10  # 64 KiB of bits (87 KiB of base64 in the log entry), whatever the batch
-FILTER_MAX_KEYS = int(FILTER_MAX_BYTES * 8 / FILTER_BITS_PER_KEY)  # 54,700: above it the filter is "all"
+FILTER_HASH = "hmac-sha256/rebase-filter/1"  # what a filter's values are made of (ErasureLedger.filter_digests)
+FILTER_SHORT_KEYS = 4096  # up to this many keys, 32-bit values: a foreign key matches one with odds <= 2**-20
+FILTER_MAX_BYTES = 256 << 10  # 256 KiB of values (341 KiB of base64 in the log entry), whatever the batch
+FILTER_MAX_KEYS = FILTER_MAX_BYTES // 8  # 32,768 keys (64-bit values): above it the filter is "all"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KeyFilter:
-    """The keys a commit changed, as a Bloom filter of their filter digests (32 bytes each; the first 16
-    give the bit positions h1 + i * h2 mod `bits`, i < `hashes`). `may_hold` never answers False for a key
-    that is in: a false positive costs a rebuild, never a wrong rebase. Sized at FILTER_FPR for its keys;
-    a commit that changed more than FILTER_MAX_KEYS keys records `all` (every key may be in: a rebase over
-    it rebuilds), so the evidence stays under FILTER_MAX_BYTES of bits however large the batch."""
+    """The keys a commit changed: the sorted distinct leading `width` bytes (4 up to FILTER_SHORT_KEYS
+    keys, else 8) of their filter digests. `may_hold` never answers False for a key that is in; a foreign
+    key matches with odds keys / 2**(8 x width) (<= 2**-20), and a false match costs a rebuild, never a
+    wrong rebase. A commit that changed more than FILTER_MAX_KEYS keys records `all` (every key may be
+    in: a rebase over it rebuilds), so the evidence holds at most FILTER_MAX_BYTES of values."""
 
     keys: int
-    bits: int = 0  # 0 with `all` or with no key
-    hashes: int = FILTER_HASHES
-    data: bytes = b""
+    width: int = 8
+    data: bytes = b""  # the values, big-endian, ascending
     all: bool = False
 
     @classmethod
@@ -84,27 +80,26 @@ class KeyFilter:
         count = len(digests) // 32
         if count > FILTER_MAX_KEYS:
             return cls(keys=count, all=True)
-        if not count:
-            return cls(keys=0)
-        bits = 64 * math.ceil(count * FILTER_BITS_PER_KEY / 64)
-        table = np.zeros(bits, dtype=bool)
-        table[_positions(digests, bits, FILTER_HASHES).ravel()] = True
-        return cls(keys=count, bits=bits, data=np.packbits(table, bitorder="little").tobytes())
+        width = 4 if count <= FILTER_SHORT_KEYS else 8
+        values = np.unique(_leading(digests, width))
+        return cls(keys=count, width=width, data=values.astype(f">u{width}").tobytes())
 
     def may_hold(self, digests: bytes) -> bool:
         """True when any of the keys (filter digests, 32 bytes each) may be in the filter."""
         if self.all:
             return bool(digests)
-        if not self.bits or not digests:
+        if not self.data or not digests:
             return False
-        table = np.unpackbits(np.frombuffer(self.data, dtype=np.uint8), bitorder="little")
-        return bool(table[_positions(digests, self.bits, self.hashes)].all(axis=1).any())
+        values = np.frombuffer(self.data, dtype=f">u{self.width}").astype(np.uint64)
+        queries = _leading(digests, self.width)
+        at = np.minimum(np.searchsorted(values, queries), len(values) - 1)
+        return bool((values[at] == queries).any())
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"hash": FILTER_HASH, "keys": self.keys}
         if self.all:
             return {**out, "all": True}
-        return {**out, "bits": self.bits, "hashes": self.hashes, "bloom": base64.b64encode(self.data).decode()}
+        return {**out, "width": self.width, "values": base64.b64encode(self.data).decode()}
 
     @classmethod
     def from_json(cls, d: Any) -> KeyFilter | None:
@@ -114,20 +109,18 @@ class KeyFilter:
         try:
             if d.get("all") is True:
                 return cls(keys=int(d["keys"]), all=True)
-            bits, hashes, data = int(d["bits"]), int(d["hashes"]), base64.b64decode(d["bloom"], validate=True)
+            width, data = int(d["width"]), base64.b64decode(d["values"], validate=True)
         except (KeyError, TypeError, ValueError):
             return None
-        if bits < 0 or bits % 8 or len(data) != bits // 8 or not 1 <= hashes <= 32:
+        if width not in (4, 8) or len(data) % width:
             return None
-        return cls(keys=int(d.get("keys") or 0), bits=bits, hashes=hashes, data=data)
+        return cls(keys=int(d.get("keys") or 0), width=width, data=data)
 
 
-def _positions(digests: bytes, bits: int, hashes: int) -> np.ndarray:
-    """The bit positions of each key: (keys x hashes), double hashing on two 64-bit halves of its digest."""
-    words = np.frombuffer(digests, dtype="<u8").reshape(-1, 4)
-    h1, h2 = words[:, 0], words[:, 1] | np.uint64(1)
-    steps = np.arange(hashes, dtype=np.uint64)
-    return ((h1[:, None] + steps[None, :] * h2[:, None]) % np.uint64(bits)).astype(np.int64)
+def _leading(digests: bytes, width: int) -> np.ndarray:
+    """The leading `width` bytes of each 32-byte digest, as uint64 (big-endian)."""
+    first = np.frombuffer(digests, dtype=">u8").reshape(-1, 4)[:, 0].astype(np.uint64)
+    return first >> np.uint64(64 - 8 * width)
 
 
 _FIXED = ("operation", "table", "parent", "candidate", "batch_ids", "files", "removed", "publication", "digest",

@@ -12,12 +12,12 @@ plan says yes, and only when every commit in between is provably independent of 
   copy of it would resurrect what they replaced);
 - none of them changed one of our batch's keys (it covers an order both writers placed in different new
   partitions, where no file is shared). Decided from what they RECORDED: each ingest's evidence holds a
-  Bloom filter of the keys it changed (`evidence.KeyFilter`, over keyed hashes under a key derived from the
-  lake secret: no id, and not the erasure ledger's hashes), tested with our keys' digests; no data file is
-  read. A false positive (about 1 in 100 per foreign key at the filter's size; always for a commit that
-  changed more than FILTER_MAX_KEYS keys, which records `all`) only means a rebuild. A commit made before
-  filters were recorded has none: then the key column of every file it added is read, as before (a
-  superset of the keys it changed: the rows of the files it rewrote).
+  filter of the keys it changed (`evidence.KeyFilter`: sorted leading 32 or 64 bits of keyed hashes under
+  a key derived from the lake secret: no id, and not the erasure ledger's hashes), tested with our keys'
+  digests; no data file is read. A false match (odds <= 2**-20 per key of ours and commit; always for a
+  commit that changed more than FILTER_MAX_KEYS keys, which records `all`) only means a rebuild. A
+  commit made before filters were recorded has none: then the key column of every file it added is
+  read, as before (a superset of the keys it changed: the rows of the files it rewrote).
 
 Then the candidate's adds and removes mean the same on the new parent as on the old one, and the same
 staged files are committed (strictly) on the new parent: nothing is decoded, folded, staged or gated
