@@ -584,7 +584,12 @@ def bench_writers(scale: Scale, skip: set[str]) -> dict[str, Any]:
              "start to the last writer's end, throughput is successful commits over it. The reference fold is "
              "computed from the base rows and all batches (highest position wins, deletes leave tombstones) and "
              "compared with the table's current rows. A failed writer's batch is still in the reference, so a "
-             "lost batch also shows as a result that differs."]
+             "lost batch also shows as a result that differs.",
+             f"Targets (issue 34 d): on disjoint days at least {WRITERS_MIN_RATIO}x deltalake's commits/s with every "
+             "writer committed; on overlapping days every writer committed (deltalake's merge loses most). Our "
+             "base table is one commit of ours, which leaves the key index built; a writer whose parent went "
+             "stale decides from the intervening commits' recorded key filters whether it may commit its staged "
+             "files on the new parent (rebased) or must rebuild."]
     return {**out, "rows": rows, "notes": notes}
 
 
