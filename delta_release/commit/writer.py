@@ -255,12 +255,13 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
 
 
 def key_filter_of(ctx: TableContext, keys: pl.Series | None) -> KeyFilter | None:
-    """The evidence's filter of `keys` (None stays None); over FILTER_MAX_KEYS keys `all`, without hashing."""
+    """The evidence's filter of `keys` (None stays None); over FILTER_MAX_KEYS keys `all`, without hashing
+    (nor a pass over a backfill's keys: a fold's new rows hold each key once)."""
     if keys is None:
         return None
-    keys = keys.unique()
     if keys.len() > FILTER_MAX_KEYS:
         return KeyFilter(keys=keys.len(), all=True)
+    keys = keys.unique()
     return KeyFilter.of(ctx.erasures.filter_digests(keys))
 
 
