@@ -39,7 +39,7 @@ import polars as pl
 from .. import _delta, index, progress
 from ..context import TableContext
 from ..errors import InputError, NotFoundError, StaleParentError
-from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
+from ..evidence import DEFERRED, FILTER_MAX_KEYS, IMMEDIATE, CommitEvidence, FileRecord, KeyFilter
 from ..faults import crash_point, crash_window
 from ..gateway.catalog import Publication
 from ..stage import Candidate, gate_candidate, stage_partitions
@@ -111,6 +111,9 @@ class Change:
     # Or: files already staged elsewhere for this parent (by workers: distributed/), with their evidence;
     # gated here like the writer's own, and discarded like them (a failed gate, a stale parent)
     prestaged: Candidate | None = None
+    # Every key whose row this change writes, moves or tombstones (an ingest's fold: its new rows), for the
+    # evidence's key filter (commit/rebase.py). None: not recorded; a rebase over it reads its files.
+    changed: pl.Series | None = None
 
     @property
     def empty(self) -> bool:
@@ -256,8 +259,19 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     evidence = CommitEvidence(operation=change.operation, table=ctx.name, parent=parent,
                               candidate=candidate.candidate_id if candidate else None, batch_ids=change.batch_ids,
                               files=files, removed=[r.path for r in change.removes], publication=publication,
-                              details=change.details)
+                              details=change.details, key_filter=key_filter_of(ctx, change.changed))
     return StagedCandidate(table=ctx.name, parent=parent, change=change, staged=candidate, evidence=evidence)
+
+
+def key_filter_of(ctx: TableContext, keys: pl.Series | None) -> KeyFilter | None:
+    """The evidence's filter of `keys` (None stays None); over FILTER_MAX_KEYS keys `all`, without hashing
+    (nor a pass over a backfill's keys: a fold's new rows hold each key once)."""
+    if keys is None:
+        return None
+    if keys.len() > FILTER_MAX_KEYS:
+        return KeyFilter(keys=keys.len(), all=True)
+    keys = keys.unique()
+    return KeyFilter.of(ctx.erasures.filter_digests(keys))
 
 
 def commit(ctx: TableContext, staged: StagedCandidate, *, keep_on_stale: bool = False) -> int:
