@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import jsonl, up
+from s3server import S3Server, s3server  # noqa: F401 - the fixture
 
 import delta_release as dr
 import delta_release.commit.writer as writer_mod
@@ -101,3 +102,16 @@ def test_a_kill_before_or_during_the_sync_leaves_nothing_visible_and_the_rerun_c
     assert result["matrix"] == {"ingest": ["stage.before_sync", "storage.sync.after_files"],
                                 "ingest-parts": ["stage.before_sync"]}
     assert result["passed"], [k for k, ok in result["checks"].items() if not ok]
+
+
+@pytest.mark.integration
+def test_on_an_object_store_staging_syncs_nothing(s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PUT is durable when it returns: the staged objects are committed with no fsync of anything."""
+    from delta_release.gateway.catalog import SqliteCatalog
+
+    lake = dr.Lake.create(f"s3://{s3server.new_bucket()}/lake", storage_options=s3server.options,
+                          catalog=SqliteCatalog(tmp_path / "catalog.sqlite"))
+    monkeypatch.setattr(storage_mod, "_fsync", lambda path: pytest.fail(f"fsync of {path} on an object store"))
+    report = lake.ingest(jsonl([up(f"o{i}", i + 1, day=40 + i % 3) for i in range(30)]))
+    assert report.version is not None and len(report.files) > 3 and len(lake.read()) == 30
