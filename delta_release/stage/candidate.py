@@ -31,7 +31,7 @@ from .buckets import BUCKET_COLUMN, Hasher, tag, with_buckets
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROWS_PER_FILE = 1_000_000
 ROW_GROUP_ROWS = 8_192
-STAGE_THREADS = 4  # files of one group staged at once (encode, sha256, fsync release the GIL)
+STAGE_THREADS = 4  # files of one group staged at once (encode, sha256 and the write release the GIL)
 # Columns whose min/max go into the Delta log. Key columns (subject ids) never do.
 STATS_COLUMNS = ("position", "amount_cents", "currency", "ts_ms", "reading", "sensor_id")
 # Columns dictionary-encoded: the few-valued ones. A dictionary over unique values (order ids, positions,
@@ -181,9 +181,10 @@ def encode_parquet(table: pa.Table) -> bytes:
 def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: dict[str, Any],
                key: str | None, now_ms: int, bucket: str | None = None, stats: str | None = None,
                distinct_keys: int | None = None) -> FileEvidence:
-    """Write one file. `stats` / `distinct_keys`: known already (a bucket's summary); else computed here."""
+    """Write one file, not yet durable (`stage_partitions` syncs the candidate's files at once). `stats` /
+    `distinct_keys`: known already (a bucket's summary); else computed here."""
     data = encode_parquet(table)
-    if not storage.write_once(rel_path, data):  # a uuid name is never reused; refuse if it somehow is
+    if not storage.write_once(rel_path, data, durable=False):  # a uuid name is never reused; refuse if it is
         raise FileExistsError(rel_path)
     (pcol, pval), = partition.items()
     return FileEvidence(
@@ -238,7 +239,7 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
                 rows = frame.drop(partition_column, BUCKET_COLUMN, strict=False)
                 pieces = [(None, rows.to_arrow().cast(file_schema), {})]
             del frame
-            # The group's files are encoded, hashed and written (fsync) on threads (all release the GIL)
+            # The group's files are encoded, hashed and written on threads (all release the GIL)
             # while this thread builds the next group; before a third group is built, the first one's
             # files are done, so at most two groups are in memory. The candidate's very first file is
             # staged alone (the crash point after it sees exactly one).
@@ -262,6 +263,11 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
         for future in jobs:
             files.append(future.result())
         jobs = []
+        # Every file written, none known durable: each file and each partition folder is fsynced once
+        # here, before the candidate goes to the gate and the commit (Storage.sync; docs/architecture.md,
+        # decision 12).
+        crash_point("stage.before_sync")
+        storage.sync([f.path for f in files])
     except BaseException:
         for future in jobs:  # the groups' other files: wait for them, then remove what they wrote
             try:
