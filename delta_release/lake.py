@@ -32,14 +32,14 @@ from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_o
 from .gateway.locations import inside
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
-from .ingest import IngestReport, ingest_batch, replay_batches
+from .ingest import IngestReport, ingest_batch
 from .lakeroot import holds_lake, open_root
 from .maintenance.catalog import CatalogMigration, migrate_sqlite_catalog, repair_own_entries
 from .maintenance.erase import ErasureReport, check_request, erase_subject
 from .maintenance.rollback import RollbackReport, rollback
 from .maintenance.upkeep import Upkeep, before_work
 from .maintenance.vacuum import VacuumReport, vacuum_table
-from .parts import ingest_file
+from .parts import ingest_file, replay_batches
 from .quarantine import QuarantineLedger
 from .quarantine.view import QuarantineListing, quarantine_records
 from .raw import RawStore

@@ -4,7 +4,6 @@ last; the table equals that of ingesting the whole file at once."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -168,40 +167,33 @@ def test_parts_give_the_table_of_one_part_ingest(tmp_path: Path, seed: int, monk
     assert rows(lake) == rows(whole)
 
 
-def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a table without buckets (each part its own commit): while a part is ingested no file dict of an
-    earlier part is alive (parts.py packs them), and the total still lists every part's staged files and
-    removed paths, in part order, as the table has them."""
-    path = tmp_path / "big.jsonl"
-    path.write_bytes(jsonl(_history(3)))
-    monkeypatch.setenv(ENV_MAX_PART, "2048")
+def test_a_file_in_parts_on_a_table_without_buckets_is_one_commit(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a table without buckets (one file per day) the parts are folded as ONE group: one commit that
+    adds each day's file once, recording every part, with the table, counts and quarantine lines of the
+    one-part ingest."""
     from test_buckets import _legacy_defs
 
-    lake = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))  # parts one by one (no buckets)
-    staged: list[str] = []
-    removed: list[str] = []
-    alive: list[int] = []
-    real = parts_mod.ingest_batch
-
-    def spy(*args: Any, **kwargs: Any) -> dr.IngestReport:
-        earlier = set(staged)
-        alive.append(sum(1 for o in gc.get_objects()
-                         if isinstance(o, dict) and isinstance(o.get("path"), str) and o["path"] in earlier))
-        part = real(*args, **kwargs)
-        staged.extend(f["path"] for f in part.files)
-        removed.extend(part.removed)
-        return part
-
-    monkeypatch.setattr(parts_mod, "ingest_batch", spy)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_history(3)) + b"not json\n")
+    lakes = [dr.Lake.create(tmp_path / name, tables_dir=_legacy_defs(tmp_path / name)) for name in ("whole", "parts")]
+    for lk in lakes:
+        lk.ingest(jsonl(_history(9, 120)))
+    whole, lake = lakes
+    one = whole.ingest(path)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    before = lake.latest_version("orders")
     report = lake.ingest(path)
-    assert len(report.parts) > 5 and len(staged) > 10 and alive == [0] * len(report.parts)
-    assert [f["path"] for f in report.files] == staged and report.removed == removed
-    assert all(f["sha256"] and f["rows"] > 0 for f in report.files)
-    assert report.to_json()["files"] == report.files
-    uri, options = lake.table_uri("orders"), lake.options
-    live = {e.path for e in _delta.file_entries(uri, options, report.version)}
-    assert live <= set(staged) and set(staged) - live <= set(removed)
+    assert before is not None and len(report.parts) > 5 and lake.table_def("orders").buckets is None
+    assert report.version == before + 1 == lake.latest_version("orders") == lake.published("orders").version
+    assert rows(lake) == rows(whole)
+    assert (report.accepted, report.quarantined, report.reasons) == (one.accepted, one.quarantined, one.reasons)
+    assert _file_lines(lake, report) == _file_lines(whole, one)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, report.version)
+    assert evidence is not None and evidence["batch_ids"] == [p["batch_id"] for p in report.parts]
+    days = [a["partitionValues"]["event_day"] for a in _commit_adds(lake, report.version)]
+    assert len(days) == len(set(days)) > 1
+    assert [f["path"] for f in report.files] == [a["path"] for a in _commit_adds(lake, report.version)]
 
 
 def test_part_edges_over_long_lines_and_crlf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

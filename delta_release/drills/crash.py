@@ -317,12 +317,13 @@ def _parts_points() -> tuple[CrashPoint, ...]:
 
 
 def _run_points() -> tuple[CrashPoint, ...]:
-    """The run receives its batches, stages ONE candidate (stage(): the writer's staging and gate points),
-    checks it, and only on SHIP commits (commit(): `commit.during`) and publishes; the writer's
+    """The run receives its batches (spilled: parts.py), stages ONE candidate (stage(): the writer's staging
+    and gate points), checks it, and only on SHIP commits (commit(): `commit.during`) and publishes; the writer's
     `ingest.after_commit`/`after_publish` belong to `write()` and never fire in a run. A reader sees the
     state before the run at every point: nothing is published until the catalog moves."""
     return (_p(TEMP_PREFIX + "_raw", "run: a batch's raw copy written to its temp file, not renamed"),
             _p("ingest.after_raw", "run: a batch's raw copy kept, nothing staged"),
+            _p("parts.after_spill", "run: every batch kept raw and spilled, nothing planned"),
             _p("ingest.after_staging", "run: the candidate staged, not gated"),
             _p("ingest.after_gate", "run: the candidate gated, its quarantine not written"),
             _p(TEMP_PREFIX + "_quarantine", "run: a quarantine ledger in its temp file, not renamed"),
