@@ -1,6 +1,7 @@
 """A batch file larger than the part limit is received in parts (issue 17.4, issue 14.2): cut at line
-boundaries, each part its own raw batch, quarantine entry and strict commit, published once after the
-last; the table equals that of ingesting the whole file at once."""
+boundaries, each part its own raw batch, quarantine entry and reconciliation, all folded into one strict
+commit published once (issue 34.1); the table equals that of ingesting the whole file at once. Many
+batches (replay --all, a release run) go through the same fold."""
 
 from __future__ import annotations
 
@@ -298,7 +299,7 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     assert lake.latest_version("orders") == before_version + 1  # one commit for every part
     other = dr.Lake.create(tmp_path / "other")
     _base(other)
-    report = other.ingest(path)  # the same parts, one commit each
+    report = other.ingest(path)  # the same parts, folded the same way
     assert [p["batch_id"] for p in report.parts] == ids
     assert rows(lake) == rows(other)
     assert all(lake.ingest(path).parts[i]["duplicate"] for i in range(len(ids)) if report.parts[i]["version"])
@@ -404,6 +405,20 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
     assert report.version == lake.latest_version("orders") == before + 1 == lake.published("orders").version
     evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, report.version)
     assert evidence is not None and evidence["batch_ids"] == [p["batch_id"] for p in report.parts]
+    # the commit's evidence says what the one-part ingest's says: per day the same rows and distinct keys
+    # (each lake has its own key, so the buckets split a day differently), the same changed keys
+    theirs = _delta.version_evidence(whole.table_uri("orders"), whole.options, one.version or -1)
+    assert theirs is not None and evidence["changed_keys"] == theirs["changed_keys"]
+
+    def per_day(ev: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for f in ev["files"]:
+            day = str(f["partition"].get("event_day"))
+            rows_, keys_ = out.get(day, (0, 0))
+            out[day] = (rows_ + f["rows"], keys_ + f["distinct_keys"])
+        return out
+
+    assert per_day(evidence) == per_day(theirs)
     # each (day, bucket) file added once; the table holds one file per (day, bucket), each tag true of its
     # rows; no other file was written under the table (nothing staged twice, nothing discarded)
     adds = _commit_adds(lake, report.version)
@@ -515,3 +530,154 @@ def test_a_file_in_parts_over_legacy_untagged_files_rewrites_each_once(tmp_path:
     assert raw["order_id"].is_unique().all()
     assert rows(lake) == rows(whole)
     assert assert_tags_hold(lake) == assert_tags_hold(whole)
+
+
+# -- many batches through the same one fold: replay --all and a release run (issue 34.1) -----------------
+def _batches(seed: int, count: int = 5) -> list[bytes]:
+    """`count` batches of one history, each with positions an earlier batch holds for the same order with
+    other content (between batches: a conflict only while that event is the order's current row), exact
+    repeats of earlier batches' events, deletes and moves, and a bad line."""
+    events = _history(seed, 500)
+    rnd = random.Random(seed)
+    cuts = sorted(rnd.sample(range(1, len(events)), count - 1))
+    pieces = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+    for i in range(1, count):
+        earlier = [e for piece in pieces[:i] for e in piece if e["kind"] == "upsert"]
+        pieces[i] += [{**e, "amount_cents": e["amount_cents"] + 7} for e in rnd.sample(earlier, 6)]
+        pieces[i] += [dict(e) for e in rnd.sample(earlier, 4)]
+    return [jsonl(p) + b"not json\n" for p in pieces]
+
+
+def _ledger(lake: dr.Lake, batch_id: str) -> list[tuple[int, str, str]]:
+    if not lake.quarantine.has(batch_id):
+        return []
+    return sorted((r["line"], r["reason"], r["detail"]) for r in lake.quarantine.rows(batch_id).to_dicts())
+
+
+def _added_once(lake: dr.Lake, version: int) -> list[tuple[str, int | None]]:
+    """The (day, bucket) of every file commit `version` adds; asserts none is added twice."""
+    where = [(a["partitionValues"]["event_day"], bucket_of_path(a["path"], 8)) for a in _commit_adds(lake, version)]
+    assert len(where) == len(set(where)) and None not in {b for _, b in where}
+    return where
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_replay_all_folds_every_batch_once_and_equals_replaying_them_one_by_one(tmp_path: Path, seed: int) -> None:
+    """`replay --all` after a rollback re-applies every batch: one commit recording every batch id, each
+    (day, bucket) file added once, and the table, counts and quarantine of replaying the batches one by
+    one (each as if committed after the ones before: conflicts between batches, an erased subject)."""
+    lakes = [dr.Lake.create(tmp_path / name) for name in ("one_by_one", "folded")]
+    for lk in lakes:
+        for batch in _batches(seed):
+            lk.ingest(batch)
+        lk.erase("ord-007")
+        lk.rollback(1, repair_forward=True)  # the first batch's version: the others' rows are gone
+    ref, lake = lakes
+    applied = set(dr.ingest.applied_batches(lake))
+    order = [b.batch_id for b in lake.raw.list() if b.batch_id in applied]
+    assert [b.batch_id for b in ref.raw.list() if b.batch_id in applied] == order and len(order) == 5
+    expected = [ref.replay(b)[0] for b in order]
+    before = lake.latest_version("orders")
+    reports = lake.replay(all_batches=True)
+    assert before is not None and [r.batch_id for r in reports] == order
+    version = lake.latest_version("orders")
+    assert version == before + 1 == lake.published("orders").version  # ONE commit, published
+    assert all(r.version == version and not r.duplicate for r in reports)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
+    assert evidence is not None and evidence["batch_ids"] == order and evidence["operation"] == "replay"
+    _added_once(lake, version)
+    assert rows(lake) == rows(ref)
+    for mine, theirs in zip(reports, expected, strict=True):
+        assert (mine.extracted, mine.accepted, mine.quarantined, mine.reasons) == (
+            theirs.extracted, theirs.accepted, theirs.quarantined, theirs.reasons)
+        assert mine.accepted + mine.quarantined == mine.extracted
+        assert _ledger(lake, mine.batch_id) == _ledger(ref, mine.batch_id)
+    assert sum(r.reasons.get("erased_subject", 0) for r in reports) > 0
+    assert [f["path"] for f in reports[0].files] == [a["path"] for a in _commit_adds(lake, version)]
+    # nothing tombstoned comes back: replaying again changes nothing
+    again = lake.replay(all_batches=True)
+    assert all(r.version is None for r in again) and rows(lake) == rows(ref)
+
+
+@pytest.mark.parametrize("seed", [23, 24])
+def test_a_run_of_several_batches_writes_each_file_once_and_equals_ingesting_them_in_order(
+        tmp_path: Path, seed: int) -> None:
+    """A release run's batches are staged as ONE fold (each (day, bucket) file written once, shipped in one
+    commit) with the table, per-batch counts and quarantine of ingesting them one by one; a batch given
+    twice is applied once, a batch applied before is not applied again."""
+    from delta_release.release.candidate import ship, stage_run
+
+    batches = _batches(seed)
+    ref = _based(tmp_path / "ref")
+    ref.ingest(batches[0])
+    expected = [ref.ingest(b) for b in batches[1:]]
+    lake = _based(tmp_path / "lake")
+    lake.ingest(batches[0])
+    before = lake.latest_version("orders")
+    candidate = stage_run(lake, [*batches, batches[2]], run_id="r1")  # the first applied before, the third twice
+    assert [b.report.duplicate for b in candidate.batches] == [True, False, False, False, False, True]
+    assert candidate.batch_ids == [b.batch_id for b in expected]
+    assert lake.latest_version("orders") == before  # staged, nothing committed
+    version = ship(candidate).version
+    assert before is not None and version == before + 1
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
+    assert evidence is not None and evidence["batch_ids"] == candidate.batch_ids
+    assert evidence["run_id"] == "r1" and evidence["operation"] == "release"
+    _added_once(lake, version)
+    lake.publish_version("orders", version, digest="r1")
+    assert rows(lake) == rows(ref)
+    for mine, theirs in zip(candidate.applied, expected, strict=True):
+        r = mine.report
+        assert (r.extracted, r.accepted, r.quarantined, r.reasons) == (
+            theirs.extracted, theirs.accepted, theirs.quarantined, theirs.reasons)
+        assert _ledger(lake, r.batch_id) == _ledger(ref, r.batch_id)
+    assert sum(b.report.reasons.get("position_conflict", 0) for b in candidate.applied) > 0
+
+
+def test_a_killed_ingest_leaves_its_spill_in_the_lake_temp_folder_and_the_next_writer_removes_it(
+        tmp_path: Path) -> None:
+    """Killed at `parts.after_spill`, the ingest's spill stays in the lake's `_tmp` as a `.tmp-<host>-<pid>`
+    folder (never in $TMPDIR, where nothing would remove it) holding no erased subject's id; the next
+    writer's upkeep removes it, and the rerun leaves no spill behind."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_history(7, 300)))
+    lake_dir = tmp_path / "lake"
+    _based(lake_dir)
+    env = {ENV_MAX_PART: "2048", "TMPDIR": str(tmp_path / "system-tmp")}
+    (tmp_path / "system-tmp").mkdir()
+    killed = _cli(lake_dir, "ingest", str(path), env={**env, "DELTA_RELEASE_CRASH_AT": "parts.after_spill"})
+    assert killed.returncode == -9, killed.stderr
+    spills = [p for p in (lake_dir / "_tmp").iterdir() if p.is_dir() and p.name.startswith(".tmp-")]
+    assert len(spills) == 1 and any(spills[0].glob("*.parquet"))
+    assert not any((tmp_path / "system-tmp").rglob("*.parquet"))
+    assert not any(b"ord-011" in f.read_bytes() for f in spills[0].iterdir())  # erased in _based
+    lake = dr.Lake.open(lake_dir)
+    swept = lake.ingest(jsonl([up("ord-x", 90_000, 1, 3)]))  # any writer's upkeep
+    assert swept.version is not None and not spills[0].exists()
+    rerun = _cli(lake_dir, "ingest", str(path), env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not [p for p in (lake_dir / "_tmp").iterdir() if p.is_dir()]
+    assert not any((tmp_path / "system-tmp").rglob("*.parquet"))
+
+
+def test_an_object_store_lakes_spill_is_swept_once_its_process_is_gone(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local spill root (an s3:// lake's spills): a folder whose process is gone is removed by the
+    sweep every writer start runs; a running process's folder (this one) stays, whatever its age."""
+    from delta_release.storage import HOST_TAG, local_spill_root, sweep_local_spills, temp_name
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    root = Path(local_spill_root())
+    assert root.parent == tmp_path
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = root / f".tmp-{HOST_TAG}-{int(dead.stdout)}-{'0' * 32}"
+    mine = root / temp_name()
+    for folder in (gone, mine):
+        folder.mkdir(parents=True)
+        (folder / "g0000-p000001.parquet").write_bytes(b"x")
+        os.utime(folder, (0, 0))  # older than any grace
+    swept = sweep_local_spills()
+    assert [t.path for t in swept] == [str(gone)] and not gone.exists() and mine.exists()
