@@ -1,22 +1,24 @@
-"""Ingest of a batch file: in one piece, or, past the part limit, as consecutive parts (bounded memory).
+"""Ingest of a batch file: in one piece, or, past the part limit, as consecutive parts (bounded memory);
+and the same one fold for many batches (a release run, `replay --all`).
 
 A file of at most `max_part_bytes()` (256 MiB, `DELTA_RELEASE_MAX_PART_BYTES`) is one batch, ingested by
 `ingest.ingest_batch` as before. A larger file is cut at line boundaries (contract/parts.py) and each
 part, in file order, is decoded, stored raw (the byte-identical slice, under its own sha256) and
 reconciled as a batch of its own (its quarantine ledger); only the decoded events of one part are held
-at a time. Then:
+at a time. Each part's events are spilled (`spill_directory`: the lake's `_tmp`, swept by the next
+writer if this one is killed) by group of buckets; ONE plan folds all parts' events of a group at a time
+with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
+group), so each (day, bucket) file is written once per ingest, in ONE stage, gate and strict commit
+(deferred) recording every part's batch id. The same-position check runs over the whole file (a group
+of positions at a time), so the counts, quarantine and table equal those of ingesting the whole file at
+once. A stale parent rebuilds the plan from the spill.
 
-- on a bucketed table (`ingest_parts_once`), each part's events were spilled to a local temp directory
-  by group of buckets; ONE plan folds all parts' events of a group at a time with their parent files
-  (the groups never share a (day, bucket) file), so each (day, bucket) file is written once per ingest,
-  in ONE stage, gate and strict commit (deferred) recording every part's batch id. The same-position
-  check runs over the whole file (a group of positions at a time), so the counts, quarantine and table
-  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill;
-- on a table without buckets, each part is its own strict commit (deferred), in file order; the
-  same-position check is per part (a position reused in a later part is judged as between batches: a
-  conflict with the order's current row is quarantined).
+The sources of the fold (`Source`) need not be one file: each carries a batch number, the parts of a file
+share one, and batches apply in order, each as if committed after the ones before (`fold_in_order`). A
+release run (release/candidate.py) stages the fold of its files without committing; `replay_batches`
+with all_batches folds every applied raw batch into one commit, published at once.
 
-After the last part the catalog publishes once: the version holding every part. So readers through the
+After the commit the catalog publishes once: the version holding every part. So readers through the
 gateway see the file all at once or not at all (no writer's crash recovery publishes a deferred commit;
 a later ingest of another file does publish its own version, on top of what was committed); a crash
 leaves the published snapshot as it was, and rerunning the same ingest finds the parts already applied
@@ -26,9 +28,8 @@ publication was missing.
 The report (`IngestReport.parts`) lists the parts: `batch_id`, `first_line` (the file line of the
 part's line 1: a quarantined line N of the part is file line first_line + N - 1), `offset` and `size`
 (bytes in the file), `extracted`, `accepted`, `quarantined`, `version`, `duplicate`. The top-level
-counts are the sums, `batch_id` the first part's, `version` the last version a part committed in this
-call (null when none did: on a bucketed table every part applied now has the one commit's version),
-`duplicate` true when every part was. A file within the limit has `parts: []`.
+counts are the sums, `batch_id` the first part's, `version` the commit's (null when none), `duplicate`
+true when every part was. A file within the limit has `parts: []`.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def spill_directory(lake: LakeContext) -> Iterator[str]:
     (`<lake>/_tmp/.tmp-<host>-<pid>-<uuid>`, on the lake's disk), where the next writer's upkeep removes it
     if this process is killed (quarantine/temp_sweep.py: a temp folder whose process is gone); for an
     object-store lake, the same name in the local spill root (`storage.local_spill_root()`), swept the same
-    way by every writer start."""
+    way by every writer start on an object-store lake."""
     path = lake.storage.temp_path() if lake.storage.is_local else os.path.join(local_spill_root(), temp_name())
     os.makedirs(path)
     try:

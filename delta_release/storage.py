@@ -48,7 +48,9 @@ from .faults import crash_point
 # temp folders of the roots it writes into (quarantine/temp_sweep.py: never a walk of the lake), and every
 # erasure and `vacuum` walk the whole lake (`temp_files`, `sweep_temp` without `under`: `_tmp` and the
 # temp files an earlier version left next to their final names). A temp file is stale when the process
-# that wrote it is gone (same host, pid not running) or it is older than the grace.
+# that wrote it is gone (same host, pid not running) or it is older than the grace. A temp FOLDER of the
+# same name (an ingest's spill, parts.py) is one temp file to the sweeps: stale once its process is gone,
+# never while that process runs on this host (a long ingest plans from it for hours), removed whole.
 # Durability is what it was when temps sat next to their final names: the data is fsynced before the
 # rename/link and no directory is fsynced, before or now (a rename or link across two directories of one
 # filesystem is one journal transaction on ext4/xfs, as it was within one; after a power cut a new name may

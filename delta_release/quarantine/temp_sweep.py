@@ -77,15 +77,14 @@ def sweep_at_writer_start(storage: Storage, grace_seconds: float = TEMP_GRACE_SE
     """Remove the stale temp files in the temp folders of the lake root `storage`, of its top-level
     folders and index roots, and of the table roots `tables` (URIs); returns them (paths relative to the
     lake root; a table outside the lake: full path)."""
-    spills = sweep_local_spills(grace_seconds)  # a killed ingest's spill into an object-store lake (parts.py)
-    if not storage.is_local:
-        return spills  # object-store writes are single PUTs: no temp files
+    if not storage.is_local:  # object-store writes are single PUTs: no temp files; a killed ingest's spill
+        return sweep_local_spills(grace_seconds)  # (parts.py) is in the local spill root
     inside, outside = _split(storage, tables)
     under = [TEMP_DIR, *_top_temp_dirs(storage), *(f"{rel}/{TEMP_DIR}" for rel in inside)]
     removed = storage.sweep_temp(grace_seconds, under=tuple(dict.fromkeys(under)))
     for table in outside:
         removed += [_shown(storage, table, t) for t in table.sweep_temp(grace_seconds, under=(TEMP_DIR,))]
-    return removed + spills
+    return removed
 
 
 def lake_temp_files(storage: Storage, grace_seconds: float = TEMP_GRACE_SECONDS,
