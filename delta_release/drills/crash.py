@@ -1,7 +1,8 @@
 """The crash drill: SIGKILL every writer at each of its steps, in a separate interpreter, then check.
 
 The drill is a table (`WRITERS`): writer -> command line -> setup -> crash points -> expected outcome.
-Writers: `ingest` (and `ingest-parts`: the same batch as a file over the part limit), `replay`, `erase`,
+Writers: `ingest` (and `ingest-parts`: the same batch as a file over the part limit), `replay` (and
+`replay-all`: `replay --all` of that file's parts after a restore, folded into one commit), `erase`,
 `rollback --repair-forward`, `vacuum --apply`, telemetry `publish MANIFEST` (files from
 `delta_release.external.producer`) and a release `run CONFIG` (its ship). The
 writer's generic points (commit/writer.py: stage.after_first_file, ingest.after_staging,
@@ -196,6 +197,32 @@ def _setup_replay(lake_dir: Path, scene: Scene) -> None:
                  received=lake.clock.now())
 
 
+def _setup_replay_all(lake_dir: Path, scene: Scene) -> None:
+    """The batch applied as a file in parts (several raw batches), then the table restored to the version
+    before it: `replay --all` re-applies every applied batch, folded into ONE commit (parts.py)."""
+    lake = _base(lake_dir)
+    before = lake.latest_version("orders")
+    assert before is not None
+    path = scene.inputs / "replayed.jsonl"
+    path.write_bytes(CRASH_BATCH)
+    from ..parts import ingest_file
+
+    assert len(ingest_file(lake, path, max_part=PARTS_LIMIT).parts) > 1
+    lake.rollback(before)
+
+
+def _replay_all_points() -> tuple[CrashPoint, ...]:
+    """`replay --all`: every applied raw batch read in place and spilled, one plan a group of buckets at a
+    time, one stage, gate and commit, published at once."""
+    g = _generic(staged=True, several_files=True)
+    return (_p("parts.after_spill", "replay --all: every batch spilled, nothing planned"),
+            g[0],
+            _p("parts.after_group", "replay --all: the first group of buckets staged, the others not planned"),
+            *g[1:3],
+            _p("ingest.after_quarantine", "replay --all: staged, gated, every batch's quarantine written"),
+            *g[3:])
+
+
 def _setup_applied(lake_dir: Path, scene: Scene) -> None:
     lake = _base(lake_dir)
     scene.values["before_batch"] = lake.latest_version("orders")
@@ -382,6 +409,9 @@ WRITERS: tuple[Writer, ...] = (
                    _p(TEMP_PREFIX + "_catalog", "the first catalog record written to its temp file, not linked"),
                    _p("migrate.before_marker", "every publication copied and verified, format.json not written")),
            subset=("migrate.after_publication",)),
+    Writer(name="replay-all", summary="replay --all after a restore (the batch's parts, one commit)",
+           table="orders", setup=_setup_replay_all, argv=lambda lake, s: ["replay", "--all"],
+           points=_replay_all_points(), subset=("parts.after_spill", "parts.after_group")),
 )
 
 
