@@ -681,3 +681,41 @@ def test_an_object_store_lakes_spill_is_swept_once_its_process_is_gone(tmp_path:
         os.utime(folder, (0, 0))  # older than any grace
     swept = sweep_local_spills()
     assert [t.path for t in swept] == [str(gone)] and not gone.exists() and mine.exists()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fold_in_order_equals_folding_batch_after_batch(seed: int) -> None:
+    """`fold_in_order` of several batches over the parent's rows gives the rows and conflicts of folding
+    each batch on the rows the ones before left (the oracle: `fold` batch by batch, the winners applied
+    between them), with `prior_day`/`had_prior` those of the parent."""
+    import polars as pl
+
+    from delta_release.apply.fold import ORDERS, dedupe_events, fold, fold_in_order
+
+    cols = ORDERS
+    rnd = random.Random(seed)
+    batches = [decode_batch(b).events for b in _batches(seed, rnd.randint(2, 5))]
+    prior = pl.concat([fold(dedupe_events(decode_batch(jsonl(_history(seed + 100, 80))).events), cols.empty())
+                       .rows.select(cols.row_columns)])
+    lines = 0
+    frames = []
+    for i, b in enumerate(batches):
+        frames.append(b.with_columns(pl.col("line") + lines, pl.lit(i, dtype=pl.Int32).alias("__b")))
+        lines += b.height + 10
+    events = pl.concat(frames)
+    got = fold_in_order(events.drop("__b"), events["__b"], prior, cols)
+    current, conflicts, won = prior, [], set()
+    for frame in frames:
+        mine = dedupe_events(frame.drop("__b"))
+        step = fold(mine, current.join(mine.select("order_id").unique(), on="order_id", how="semi"))
+        conflicts += step.conflicts
+        new = step.rows.select(cols.row_columns)
+        current = pl.concat([current.join(new.select("order_id"), on="order_id", how="anti"), new])
+        won |= set(new["order_id"].to_list())
+    assert events.group_by("order_id").agg(pl.col("__b").n_unique() > 1)["__b"].any()  # keys of several batches
+    assert got.conflicts == sorted(conflicts, key=lambda c: c.line)
+    want = current.filter(pl.col("order_id").is_in(sorted(won))).sort("order_id")
+    assert got.rows.select(cols.row_columns).sort("order_id").to_dicts() == want.to_dicts()
+    days = dict(zip(prior["order_id"].to_list(), prior["event_day"].to_list(), strict=True))
+    assert {r["order_id"]: (r["had_prior"], r["prior_day"]) for r in got.rows.to_dicts()} == {
+        k: (k in days, days.get(k)) for k in won}

@@ -261,8 +261,9 @@ def fold_in_order(events: pl.DataFrame, batch: pl.Series, prior: pl.DataFrame, c
         several = events.join(spread, on=key, how="semi")
         start = prior.join(spread, on=key, how="semi").select(cols.row_columns)
         current, won = start, []
-        for number in several[order].unique().sort().to_list():
-            mine = dedupe_events(several.filter(pl.col(order) == number).drop(order), cols)
+        by_batch = several.partition_by(order, as_dict=True)
+        for number in sorted(by_batch):
+            mine = dedupe_events(by_batch.pop(number).drop(order), cols)
             step = fold(mine, current.join(mine.select(key).unique(), on=key, how="semi"), cols)
             conflicts += step.conflicts
             if step.rows.height:
