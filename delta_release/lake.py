@@ -175,7 +175,8 @@ class Lake(LakeContext):
 
     def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
                table: str = DEFAULT_TABLE) -> list[IngestReport]:
-        """Re-apply retained raw batches (one by id, or all); idempotent, and erased subjects stay out."""
+        """Re-apply retained raw batches (one by id, or all: folded into one commit, each batch applied as if
+        committed after the ones before); idempotent, and erased subjects stay out."""
         return replay_batches(self, batch_id, all_batches=all_batches, table=table)
 
     def scan(self, table: str = DEFAULT_TABLE, version: int | None = None, *,
