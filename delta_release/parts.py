@@ -552,6 +552,7 @@ class _PartsPlan(Plan):
     def _stream(self, ctx: TableContext, parent: int, live: list[_Part], change: Change) -> Stream:
         hashes: list[Any] = []
         days: list[Any] = []
+        changed: list[pl.Series | None] = []
         cols = Columns.of(ctx.table)
         for chosen, only in self.chosen_groups(ctx, parent):
             self.add_rejects(self.screen_held(chosen, live, cols.key))
@@ -569,6 +570,7 @@ class _PartsPlan(Plan):
                 continue
             change.removes.extend(fold.removes)
             change.details["changed_keys"] += fold.applied.changed_keys
+            changed.append(fold.applied.changed)
             if fold.applied.hashed_locations is not None:
                 hashes.append(fold.applied.hashed_locations[0])
                 days.append(fold.applied.hashed_locations[1])
@@ -576,6 +578,7 @@ class _PartsPlan(Plan):
             crash_point("parts.after_group")
         if hashes:
             change.hashed_locations = (np.concatenate(hashes), np.concatenate(days))
+        change.changed = changed_keys(changed)
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
         for part in self.parts:
@@ -587,6 +590,14 @@ class _PartsPlan(Plan):
                 raise ReconciliationError(part.batch_id, extracted, accepted, len(rejects))
             self.lake.quarantine.write(part.batch_id, rejects, self.lake.erasures.subject_key, part.batch)
         crash_point("ingest.after_quarantine")
+
+
+def changed_keys(groups: list[pl.Series | None]) -> pl.Series | None:
+    """The keys every group's fold changed, for the commit's key filter (`Change.changed`: a rebase over
+    this commit then reads none of its files); None if a group's are unknown (the rebase reads them)."""
+    if not groups or any(g is None for g in groups):
+        return None
+    return pl.concat([g for g in groups if g is not None])
 
 
 def in_order(frames: list[pl.DataFrame], *, several: bool) -> pl.DataFrame:

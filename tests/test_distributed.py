@@ -109,6 +109,9 @@ def test_ray_equals_local(cluster: str, tmp_path: Path, monkeypatch: pytest.Monk
     evidence = _delta.version_evidence(ray_lake.table_uri("orders"), ray_lake.options, got.version)
     assert evidence is not None and evidence["publication"] == "deferred"
     assert evidence["batch_ids"] == [p["batch_id"] for p in got.parts]
+    local_evidence = _delta.version_evidence(local.table_uri("orders"), local.options, want.version)
+    assert local_evidence is not None and evidence["key_filter"] == local_evidence["key_filter"]  # a rebase
+    assert evidence["key_filter"]["keys"] > 0  # over either reads no data file: the reducers' keys
     assert _on_disk(ray_lake) == _referenced(ray_lake)  # no stray file
     again = ray_lake.ingest(path, executor="ray")  # every part applied: nothing to do
     assert again.version is None and again.duplicate

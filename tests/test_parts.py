@@ -585,6 +585,7 @@ def test_replay_all_folds_every_batch_once_and_equals_replaying_them_one_by_one(
     assert all(r.version == version and not r.duplicate for r in reports)
     evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
     assert evidence is not None and evidence["batch_ids"] == order and evidence["operation"] == "replay"
+    assert evidence["key_filter"]["keys"] == evidence["changed_keys"] > 0  # every group's keys: a rebase reads no file
     _added_once(lake, version)
     assert rows(lake) == rows(ref)
     for mine, theirs in zip(reports, expected, strict=True):

@@ -61,6 +61,7 @@ from ..parts import (
     Source,
     _Part,
     _PartsPlan,
+    changed_keys,
     fold_group,
     in_order,
     map_events,
@@ -134,6 +135,7 @@ class _Reduced:
     removes: list[_delta.FileEntry] = field(default_factory=list)
     changed_keys: int = 0
     hashed_locations: tuple[Any, Any] | None = None
+    changed: pl.Series | None = None  # the keys the fold changed (the commit's key filter)
     rejects: list[Reject] = field(default_factory=list)  # lines over the file, no text, no span
 
 
@@ -194,7 +196,8 @@ def _reduce_task(opener: Opener, table: str, parent: int, batch_ids: list[str], 
                               buckets=tdef.buckets, hasher=ctx.erasures.subject_key)
     exit_once(fault, "distributed.after_stage")  # the kill test: a worker dead after staging, once
     return _Reduced(files=staged.files, removes=fold.removes, changed_keys=fold.applied.changed_keys,
-                    hashed_locations=fold.applied.hashed_locations, rejects=fold.rejects)
+                    hashed_locations=fold.applied.hashed_locations, changed=fold.applied.changed,
+                    rejects=fold.rejects)
 
 
 def _gathered(ray: Any, ctx: TableContext, tasks: list[Any]) -> list[Any]:
@@ -264,6 +267,7 @@ class _RayPartsPlan(_PartsPlan):
             return change  # nothing changes the table
         change.removes = [e for one in reduced for e in one.removes]
         change.details["changed_keys"] = sum(one.changed_keys for one in reduced)
+        change.changed = changed_keys([one.changed for one in reduced if one.files or one.removes])
         hashed = [one.hashed_locations for one in reduced if one.hashed_locations is not None]
         if hashed:
             change.hashed_locations = (np.concatenate([h[0] for h in hashed]), np.concatenate([h[1] for h in hashed]))
