@@ -219,17 +219,3 @@ def _line_text(data: bytes, line: int) -> str:
     from .contract.decode import split_lines
 
     return split_lines(data)[line - 1].decode("utf-8", errors="backslashreplace")
-
-
-def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
-                   table: str = DEFAULT_TABLE) -> list[IngestReport]:
-    """Re-apply one retained batch (any: the caller names it), or with all_batches every retained batch that
-    is part of a committed version (`applied_batches`): a held release run's batches stay out."""
-    from . import progress
-
-    if all_batches:
-        applied = applied_batches(lake, table)
-        shas = [b.sha256 for b in lake.raw.list() if b.batch_id in applied]  # one listing, then no lookups
-        return [ingest_batch(lake, lake.raw.read_sha(s), replay=True, table=table)
-                for s in progress.track(shas, "replay raw batches")]
-    return [ingest_batch(lake, lake.raw.read(batch_id), replay=True, table=table)] if batch_id else []

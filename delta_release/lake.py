@@ -35,14 +35,14 @@ from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_o
 from .gateway.locations import inside
 from .gateway.reader import Gateway
 from .history import HistoryEntry, table_history
-from .ingest import IngestReport, ingest_batch, replay_batches
+from .ingest import IngestReport, ingest_batch
 from .lakeroot import holds_lake, open_root
 from .maintenance.catalog import CatalogMigration, migrate_sqlite_catalog, repair_own_entries
 from .maintenance.erase import ErasureReport, check_request, erase_subject
 from .maintenance.rollback import RollbackReport, rollback
 from .maintenance.upkeep import Upkeep, before_work
 from .maintenance.vacuum import VacuumReport, vacuum_table
-from .parts import ingest_file
+from .parts import ingest_file, replay_batches
 from .quarantine import QuarantineLedger
 from .quarantine.view import QuarantineListing, quarantine_records
 from .raw import RawStore
@@ -215,7 +215,8 @@ class Lake(LakeContext):
 
     def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
                table: str = DEFAULT_TABLE) -> list[IngestReport]:
-        """Re-apply retained raw batches (one by id, or all); idempotent, and erased subjects stay out."""
+        """Re-apply retained raw batches (one by id, or all: folded into one commit, each batch applied as if
+        committed after the ones before); idempotent, and erased subjects stay out."""
         return replay_batches(self, batch_id, all_batches=all_batches, table=table)
 
     def scan(self, table: str = DEFAULT_TABLE, version: int | None = None, *,

@@ -1,24 +1,27 @@
-"""Ingest of a batch file: in one piece, or, past the part limit, as consecutive parts (bounded memory).
+"""Ingest of a batch file: in one piece, or, past the part limit, as consecutive parts (bounded memory);
+and the same one fold for many batches (a release run, `replay --all`).
 
 A file of at most `max_part_bytes()` (256 MiB, `DELTA_RELEASE_MAX_PART_BYTES`) is one batch, ingested by
 `ingest.ingest_batch` as before. A larger file is cut at line boundaries (contract/parts.py) and each
 part, in file order, is decoded, stored raw (the byte-identical slice, under its own sha256) and
 reconciled as a batch of its own (its quarantine ledger); only the decoded events of one part are held
-at a time. Then:
+at a time. Each part's events are spilled (`spill_directory`: the lake's `_tmp`, swept by the next
+writer if this one is killed) by group of buckets; ONE plan folds all parts' events of a group at a time
+with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
+group), so each (day, bucket) file is written once per ingest, in ONE stage, gate and strict commit
+(deferred) recording every part's batch id. The same-position check runs over the whole file (a group
+of positions at a time), so the counts, quarantine and table equal those of ingesting the whole file at
+once. A stale parent rebuilds the plan from the spill. The map of a source (`map_events`: its events by
+group of buckets, its positions by group, its erased subjects' events held apart), the same-position
+check of a group (`reused_in`) and the fold of a group (`fold_group`) are functions of their own:
+`distributed/` runs them as Ray tasks (`--executor ray`), the driver holding the erased subjects' events.
 
-- on a bucketed table (`ingest_parts_once`), each part's events were spilled to a local temp directory
-  by group of buckets; ONE plan folds all parts' events of a group at a time with their parent files
-  (the groups never share a (day, bucket) file), so each (day, bucket) file is written once per ingest,
-  in ONE stage, gate and strict commit (deferred) recording every part's batch id. The same-position
-  check runs over the whole file (a group of positions at a time), so the counts, quarantine and table
-  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill. The
-  map of a part (`map_part`), the same-position check of a group (`reused_in`) and the reduce of a group
-  (`fold_group`) are functions of their own: `distributed/` runs them as Ray tasks (`--executor ray`);
-- on a table without buckets, each part is its own strict commit (deferred), in file order; the
-  same-position check is per part (a position reused in a later part is judged as between batches: a
-  conflict with the order's current row is quarantined).
+The sources of the fold (`Source`) need not be one file: each carries a batch number, the parts of a file
+share one, and batches apply in order, each as if committed after the ones before (`fold_in_order`). A
+release run (release/candidate.py) stages the fold of its files without committing; `replay_batches`
+with all_batches folds every applied raw batch into one commit, published at once.
 
-After the last part the catalog publishes once: the version holding every part. So readers through the
+After the commit the catalog publishes once: the version holding every part. So readers through the
 gateway see the file all at once or not at all (no writer's crash recovery publishes a deferred commit;
 a later ingest of another file does publish its own version, on top of what was committed); a crash
 leaves the published snapshot as it was, and rerunning the same ingest finds the parts already applied
@@ -28,21 +31,20 @@ publication was missing.
 The report (`IngestReport.parts`) lists the parts: `batch_id`, `first_line` (the file line of the
 part's line 1: a quarantined line N of the part is file line first_line + N - 1), `offset` and `size`
 (bytes in the file), `extracted`, `accepted`, `quarantined`, `version`, `duplicate`. The top-level
-counts are the sums, `batch_id` the first part's, `version` the last version a part committed in this
-call (null when none did: on a bucketed table every part applied now has the one commit's version),
-`duplicate` true when every part was. A file within the limit has `parts: []`.
+counts are the sums, `batch_id` the first part's, `version` the commit's (null when none), `duplicate`
+true when every part was. A file within the limit has `parts: []`.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
-import json
 import os
-import tempfile
-import zlib
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,13 +60,14 @@ from .context import LakeContext, TableContext
 from .contract import Reason, Reject
 from .contract.decode import CONTENT, count_reasons
 from .contract.parts import max_part_bytes, part_ranges
-from .contract.source import FileBatch, read_batch_file
-from .errors import ReconciliationError
+from .contract.source import BytesBatch, FileBatch, as_batch, read_batch_file
+from .errors import ReconciliationError, SafetyError
 from .faults import crash_point
-from .ingest import IngestReport, _already_applied, erasure_filter, ingest_batch
+from .ingest import IngestReport, _already_applied, applied_batches, erasure_filter, ingest_batch
 from .maintenance import upkeep
 from .raw.background import RawCopy
 from .stage.buckets import BUCKET_COLUMN, bucket_of_path, with_buckets
+from .storage import local_spill_root, temp_name
 from .tables import DEFAULT_TABLE
 
 
@@ -72,56 +75,53 @@ class PartsRunner(Protocol):
     """What ingests a file in parts on a bucketed table: `ingest_parts_once` (this process), or an executor
     that maps and reduces on a cluster (distributed/); same arguments, same report."""
 
-    def __call__(self, lake: LakeContext, path: str | os.PathLike[str], ranges: list[tuple[int, int]], *,
-                 table: str, publish: bool) -> IngestReport: ...
+    def __call__(self, lake: LakeContext, sources: list[Source], *, table: str, publish: bool) -> IngestReport: ...
 
 
 def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str = DEFAULT_TABLE,
                 publish: bool = True, max_part: int | None = None, in_parts: PartsRunner | None = None
                 ) -> IngestReport:
     """Ingest a batch file: as one batch, or in parts past the part limit (module docstring). `in_parts`
-    runs a file in parts on a bucketed table (default `ingest_parts_once`, in this process)."""
+    runs a file in parts on a bucketed table (default `ingest_parts_once`, in this process; a table
+    without buckets is one group, folded here)."""
     fix_mmap_threshold()  # else glibc's heaps keep freed MiB blocks and grow part after part (_malloc.py)
     use_system_arrow_pool()  # (a lake opened by other means than Lake.open)
     ranges = part_ranges(path, max_part_bytes(max_part)) if os.path.isfile(path) else [(0, -1)]
     if len(ranges) == 1:
         return ingest_batch(lake, read_batch_file(path), table=table, publish=publish)
-    if lake.table(table).table.buckets:
-        return (in_parts or ingest_parts_once)(lake, path, ranges, table=table, publish=publish)
-    return _ingest_each_part(lake, path, ranges, table=table, publish=publish)
+    runner = in_parts if in_parts is not None and lake.table(table).table.buckets else ingest_parts_once
+    return runner(lake, file_sources(path, ranges), table=table, publish=publish)
 
 
-def _ingest_each_part(lake: LakeContext, path: str | os.PathLike[str], ranges: list[tuple[int, int]], *,
-                      table: str, publish: bool) -> IngestReport:
-    """A table without buckets: each part its own batch and strict commit (deferred), published once."""
-    reports: list[IngestReport] = []
-    lists: list[bytes] = []  # each part's `files` and `removed`, packed until the total (_pack)
-    parts: list[dict[str, Any]] = []
-    first_line = 1
-    for number, (offset, size) in enumerate(ranges, start=1):
-        progress.item(f"part {number}/{len(ranges)}", size)  # the bar of the CLI's `progress.work`, if any
-        batch = read_batch_file(path, offset=offset, length=size)  # this part only: hashed and decoded
-        report = ingest_batch(lake, batch, table=table, publish=False)
-        del batch
-        lists.append(_pack(report))
-        reports.append(report)
-        parts.append({"batch_id": report.batch_id, "first_line": first_line, "offset": offset, "size": size,
-                      "extracted": report.extracted, "accepted": report.accepted,
-                      "quarantined": report.quarantined, "version": report.version,
-                      "duplicate": report.duplicate})
-        first_line += report.extracted
-    if publish:
-        publish_parts(lake, table, [r.batch_id for r in reports], [r.version for r in reports])
-    return _total(reports, parts, lists)
-
-
-def _pack(report: IngestReport) -> bytes:
-    """The part's `files` and `removed`, moved out of its report as compressed JSON until the total is
-    built. A part that rewrites every (day, bucket) file lists ~2,900 of each: ~2.5 MiB of dicts and
-    strings, 0.2 MiB packed, which each later part's peak would otherwise carry (9 parts: ~20 MiB)."""
-    packed = zlib.compress(json.dumps([report.files, report.removed], separators=(",", ":")).encode(), 1)
-    report.files, report.removed = [], []
-    return packed
+def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
+                   table: str = DEFAULT_TABLE) -> list[IngestReport]:
+    """Re-apply one retained batch (any: the caller names it), or with all_batches every retained batch that
+    is part of a committed version (`applied_batches`: a held release run's batches stay out), oldest
+    received first, folded as the parts of a file are (`ingest_parts_once`): each batch applied as if
+    committed after the ones before, each (day, bucket) file written once, in ONE strict commit recording
+    every batch id, published at once. One report per batch (its counts, the commit's version); the
+    commit's `files` and `removed` are on the first report."""
+    if not all_batches:
+        return [ingest_batch(lake, lake.raw.read(batch_id), replay=True, table=table)] if batch_id else []
+    applied = applied_batches(lake, table)
+    shas = [b.sha256 for b in lake.raw.list() if b.batch_id in applied]  # one listing, then no lookups
+    if not shas:
+        return []
+    if len(shas) == 1:
+        return [ingest_batch(lake, lake.raw.read_sha(shas[0]), replay=True, table=table)]
+    plan, result = _fold_and_write(lake, raw_sources(lake, shas), table=table, publish=True, replay=True)
+    staged = result.staged
+    reports = []
+    for part, row in zip(plan.parts, plan.rows(result.version), strict=True):
+        reports.append(IngestReport(
+            batch_id=row["batch_id"], extracted=row["extracted"], accepted=row["accepted"],
+            quarantined=row["quarantined"], reasons=plan.reasons(part),
+            schema_versions=part.batch.decoded.schema_versions, version=row["version"], duplicate=row["duplicate"],
+            attempts=result.attempts, stale_parents=[s.to_json() for s in result.stale_parents]))
+    if result.version is not None:
+        reports[0].files = [f.public() for f in staged.staged_files]
+        reports[0].removed = [r.path for r in staged.removes]
+    return reports
 
 
 def publish_parts(lake: LakeContext, table: str, batch_ids: list[str], versions: list[int | None]) -> int | None:
@@ -148,39 +148,74 @@ def publish_parts(lake: LakeContext, table: str, batch_ids: list[str], versions:
     return lake.publish_version(table, target, digest=str(evidence.get("digest", ""))).version
 
 
-def _total(reports: list[IngestReport], parts: list[dict[str, Any]], lists: list[bytes]) -> IngestReport:
-    unpacked = [json.loads(zlib.decompress(packed)) for packed in lists]
-    reasons: dict[str, int] = {}
-    for r in reports:
-        for code, n in r.reasons.items():
-            reasons[code] = reasons.get(code, 0) + n
-    versions = [r.version for r in reports if r.version is not None]
-    return IngestReport(
-        batch_id=reports[0].batch_id, extracted=sum(r.extracted for r in reports),
-        accepted=sum(r.accepted for r in reports), quarantined=sum(r.quarantined for r in reports),
-        reasons=dict(sorted(reasons.items())),
-        schema_versions=sorted({v for r in reports for v in r.schema_versions}),
-        version=versions[-1] if versions else None, duplicate=all(r.duplicate for r in reports),
-        attempts=sum(r.attempts for r in reports), stale_parents=[s for r in reports for s in r.stale_parents],
-        files=[f for files, _ in unpacked for f in files], removed=[p for _, removed in unpacked for p in removed],
-        parts=parts)
-
-
 # -- a file in parts on a bucketed table: each (day, bucket) file folded and written once ----------------
 GROUP_COLUMN = "__group"  # in memory only: the group of buckets an event's key hashes to
+SEQ_COLUMN = "__seq"  # in the spill only: the batch number of an event's source (Source.batch)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Source:
+    """One batch of a folded ingest, read when its turn comes (`load`, given the spill directory), so one
+    source's events are decoded at a time. Sources with the same `batch` number are ONE batch for the
+    same-position check (the parts of a file); batches apply in increasing number, each as if committed
+    after the ones before (a release run's files, `replay --all`'s raw batches). `keep_raw`: store the
+    source's bytes in the raw store (a retained raw batch is there already)."""
+
+    load: Callable[[str], FileBatch | BytesBatch]
+    batch: int = 0
+    size: int = 0  # bytes, for the progress bar
+    keep_raw: bool = True
+
+
+def file_sources(path: str | os.PathLike[str], ranges: list[tuple[int, int]], *, batch: int = 0) -> list[Source]:
+    """The parts of a batch file (byte ranges, contract/parts.py `part_ranges`): one batch."""
+    return [Source(load=functools.partial(_file_part, path, offset, size), batch=batch, size=size)
+            for offset, size in ranges]
+
+
+def _file_part(path: str | os.PathLike[str], offset: int, size: int, _spill: str) -> FileBatch:
+    return read_batch_file(path, offset=offset, length=size)
+
+
+def bytes_source(data: bytes, *, batch: int = 0) -> Source:
+    """A batch given as bytes (decoded in memory)."""
+    return Source(load=lambda _spill: as_batch(data), batch=batch, size=len(data))
+
+
+def raw_sources(lake: LakeContext, shas: list[str]) -> list[Source]:
+    """Retained raw batches (by sha256), each a batch of its own, in the order given (`replay --all`)."""
+    return [Source(load=functools.partial(_raw_batch, lake, sha), batch=i, keep_raw=False)
+            for i, sha in enumerate(shas)]
+
+
+def _raw_batch(lake: LakeContext, sha: str, spill: str) -> FileBatch:
+    """A raw batch decoded from its file in the raw store (local lake), or from a copy in the spill
+    directory (object store); its sha256 checked as `RawStore.read_sha` checks it."""
+    path: str | os.PathLike[str] | None = lake.raw.local_file(sha)
+    if path is None:
+        path = os.path.join(spill, f"raw-{sha}.jsonl")
+        with open(path, "wb") as handle:
+            handle.write(lake.raw.read_sha(sha))
+    batch = read_batch_file(path)
+    if batch.sha256 != sha:
+        raise SafetyError(f"raw batch {sha[:16]} on storage does not match its sha256 (damaged); refused",
+                          batch_id=sha[:16])
+    return batch
 
 
 @dataclass(slots=True, kw_only=True)
 class _Part:
-    """One part of the file while the file is planned: its batch (for its lines' text; its decoded events
-    are spilled, not held), where it sits in the file, and what the plan decided for it."""
+    """One source while the sources are planned: its batch (for its lines' text; its decoded events are
+    spilled, not held), where it sits, and what the plan decided for it."""
 
     number: int
-    batch: FileBatch
-    first_line: int
-    offset: int
-    size: int
+    batch: FileBatch | BytesBatch
+    first_line: int  # its line 1 in the numbering of every source's lines (unique over the sources)
+    file_line: int  # its line 1 in its batch's file (the report's `first_line`)
+    seq: int  # its batch number (Source.batch)
     accepted: int  # accepted by the decoder (before the erasure filter and the position checks)
+    repeat: bool = False  # the same bytes as an earlier source: applied once, as that one
+    held: dict[int, pl.DataFrame] = field(default_factory=dict)  # group -> erased subjects' events (`_erased_events`)
     duplicate: bool = False
     rejects: list[Reject] = field(default_factory=list)  # the plan's: erased subjects, position conflicts
 
@@ -192,99 +227,196 @@ class _Part:
         return line - self.first_line + 1
 
 
-def ingest_parts_once(lake: LakeContext, path: str | os.PathLike[str], ranges: list[tuple[int, int]], *,
-                      table: str, publish: bool) -> IngestReport:
-    """Every part decoded, stored raw and spilled (its events, by group of buckets, to a local temp file),
-    one part at a time; then ONE plan over all parts (a group of buckets at a time: all parts' events of
-    those buckets folded once with their parent files), ONE stage and gate, ONE strict commit recording
-    every part's batch id (deferred), then one publication."""
-    ctx = lake.table(table)
-    n = ctx.table.buckets or 1
-    groups = min(len(ranges), n)
-    grouping = Grouping(key=ctx.table.keyed().key, buckets=n, groups=groups)
-    hasher = ctx.erasures.subject_key
-    with tempfile.TemporaryDirectory(prefix="delta-release-parts-") as spill:
-        parts: list[_Part] = []
-        first_line = 1
-        for number, (offset, size) in enumerate(ranges, start=1):
-            progress.item(f"part {number}/{len(ranges)}", size)  # the bar of the CLI's `progress.work`, if any
-            batch = read_batch_file(path, offset=offset, length=size)  # this part only: hashed and decoded
-            with RawCopy(batch, lake.raw, received=lake.clock.now(), size=batch.size) as raw:
-                by_group, by_position = map_part(batch, grouping, hasher, line_shift=first_line - 1)  # file lines
-                for g, frame in by_group.items():
-                    frame.write_parquet(_spill_path(spill, g, number))
-                for g, frame in by_position.items():
-                    frame.write_parquet(_spill_path(spill, g, number, "q"))
-                del by_group, by_position
-                raw.kept()
-            decoded = batch.decoded
-            parts.append(_Part(number=number, batch=batch, first_line=first_line, offset=offset, size=size,
-                               accepted=decoded.events.height))
-            decoded.events = decoded.events.clear()  # spilled: only the rejects stay on the heap
-            for name in ("offsets", "lengths"):  # 16 bytes a line: read back mapped, for a conflict's text
-                np.save(spans := os.path.join(spill, f"{name}-p{number:06d}.npy"), getattr(decoded, name))
-                setattr(decoded, name, np.load(spans, mmap_mode="r"))
-            first_line += decoded.extracted
-        reused = _reused_positions(spill, parts, groups)
-        crash_point("parts.after_spill")
-        upkeep.before_work(ctx)
-        plan = _PartsPlan(lake, parts, spill, groups=groups, buckets=n, reused=reused)
-        result = write(ctx, plan, publish_now=False)
-    return parts_report(lake, table, parts, plan, result, publish=publish)
+def _offset(batch: FileBatch | BytesBatch) -> int:
+    return batch.offset if isinstance(batch, FileBatch) else 0
 
 
-def parts_report(lake: LakeContext, table: str, parts: list[_Part], plan: _PartsPlan, result: WriteResult, *,
-                 publish: bool) -> IngestReport:
-    """After the one commit of a file in parts (whichever executor ran it): publish, and the report."""
-    version = committed = result.version
-    if publish:
-        publish_parts(lake, table, [p.batch_id for p in parts],
-                      [None if p.duplicate else version for p in parts])
-    rows: list[dict[str, Any]] = [
-        {"batch_id": p.batch_id, "first_line": p.first_line, "offset": p.offset, "size": p.size,
-         "extracted": p.batch.decoded.extracted, "accepted": plan.accepted(p), "quarantined": len(plan.all_rejects(p)),
-         "version": None if p.duplicate else version, "duplicate": p.duplicate} for p in parts]
-    reasons: dict[str, int] = {}
-    for p in parts:
-        for code, count in count_reasons(plan.all_rejects(p)).items():
-            reasons[code] = reasons.get(code, 0) + count
+def _size(batch: FileBatch | BytesBatch) -> int:
+    return batch.size if isinstance(batch, FileBatch) else len(batch.data)
+
+
+@contextmanager
+def spill_directory(lake: LakeContext) -> Iterator[str]:
+    """A fresh local directory for the spill, removed on exit. On a local lake in the lake's temp folder
+    (`<lake>/_tmp/.tmp-<host>-<pid>-<uuid>`, on the lake's disk), where the next writer's upkeep removes it
+    if this process is killed (quarantine/temp_sweep.py: a temp folder whose process is gone); for an
+    object-store lake, the same name in the local spill root (`storage.local_spill_root()`), swept the same
+    way by every writer start on an object-store lake."""
+    path = lake.storage.temp_path() if lake.storage.is_local else os.path.join(local_spill_root(), temp_name())
+    os.makedirs(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def ingest_parts_once(lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
+                      replay: bool = False) -> IngestReport:
+    """Every source decoded, stored raw and spilled (its events, by group of buckets, to a local temp
+    directory), one source at a time; then ONE plan over all of them (a group of buckets at a time: every
+    source's events of those buckets folded once with their parent files), ONE stage and gate, ONE strict
+    commit recording every source's batch id (deferred, then one publication; a replay's is immediate)."""
+    plan, result = _fold_and_write(lake, sources, table=table, publish=publish, replay=replay)
+    return parts_report(plan, result)
+
+
+def parts_report(plan: _PartsPlan, result: WriteResult) -> IngestReport:
+    """The report of a fold of several sources after its one commit (whichever executor ran it)."""
+    version = result.version
+    rows = plan.rows(version)
     staged = result.staged
     return IngestReport(
-        batch_id=parts[0].batch_id, extracted=sum(r["extracted"] for r in rows),
+        batch_id=plan.parts[0].batch_id, extracted=sum(r["extracted"] for r in rows),
         accepted=sum(r["accepted"] for r in rows), quarantined=sum(r["quarantined"] for r in rows),
-        reasons=dict(sorted(reasons.items())),
-        schema_versions=sorted({v for p in parts for v in p.batch.decoded.schema_versions}),
-        version=version, duplicate=all(p.duplicate for p in parts), attempts=result.attempts,
+        reasons=_summed([plan.reasons(p) for p in plan.parts]),
+        schema_versions=sorted({v for p in plan.parts for v in p.batch.decoded.schema_versions}),
+        version=version, duplicate=all(p.duplicate for p in plan.parts), attempts=result.attempts,
         stale_parents=[s.to_json() for s in result.stale_parents],
-        files=[f.public() for f in staged.staged_files] if committed is not None else [],
-        removed=[r.path for r in staged.removes] if committed is not None else [], parts=rows)
+        files=[f.public() for f in staged.staged_files] if version is not None else [],
+        removed=[r.path for r in staged.removes] if version is not None else [], parts=rows)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Grouping:
-    """How a file's events are split between the plan's groups: `groups` groups of the table's `buckets`
-    buckets (bucket % groups) by the keyed hash of `key`, and as many groups of positions."""
-
-    key: str
-    buckets: int
-    groups: int
+def _fold_and_write(lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
+                    replay: bool) -> tuple[_PartsPlan, WriteResult]:
+    with folded_sources(lake, sources, table=table, replay=replay) as plan:
+        result = write_plan(lake, plan, table=table, publish=publish)
+    publish_plan(lake, plan, result, table=table, publish=publish)
+    return plan, result
 
 
-def map_part(batch: FileBatch, grouping: Grouping, hasher: Callable[[str], str], *, line_shift: int
-             ) -> tuple[dict[int, pl.DataFrame], dict[int, pl.DataFrame]]:
-    """The map of one decoded part: its events by group of buckets, and each event's (position, line,
-    content hash) by group of positions (`_positions`); lines moved by `line_shift` (the part's first file
-    line - 1, or 0 to keep the part's own lines). Groups without events are absent."""
-    events = batch.decoded.events.with_columns(pl.col("line") + line_shift)
-    grouped = with_buckets(events, grouping.key, grouping.buckets, hasher).with_columns(
-        (pl.col(BUCKET_COLUMN) % grouping.groups).alias(GROUP_COLUMN)).drop(BUCKET_COLUMN)
-    by_group = {int(g): frame.drop(GROUP_COLUMN)
-                for (g,), frame in grouped.partition_by(GROUP_COLUMN, as_dict=True).items()}
-    del grouped
-    by_position = {int(g): frame.drop(GROUP_COLUMN)
-                   for (g,), frame in _positions(events, grouping.groups).partition_by(GROUP_COLUMN, as_dict=True)
-                   .items()}
-    return by_group, by_position
+def write_plan(lake: LakeContext, plan: _PartsPlan, *, table: str, publish: bool) -> WriteResult:
+    """The one strict commit of a fold (whichever executor folds): upkeep, then the writer; a replay's
+    commit is published at once, an ingest's by `publish_plan`."""
+    ctx = lake.table(table)
+    upkeep.before_work(ctx)
+    return write(ctx, plan, publish_now=plan.replay and publish)
+
+
+def publish_plan(lake: LakeContext, plan: _PartsPlan, result: WriteResult, *, table: str, publish: bool) -> None:
+    """After an ingest's deferred commit: the one publication of the version holding every source."""
+    if publish and not plan.replay:
+        publish_parts(lake, table, [p.batch_id for p in plan.parts],
+                      [None if p.duplicate else result.version for p in plan.parts])
+
+
+def _summed(counts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for code, n in c.items():
+            out[code] = out.get(code, 0) + n
+    return dict(sorted(out.items()))
+
+
+@contextmanager
+def folded_sources(lake: LakeContext, sources: list[Source], *, table: str, replay: bool = False,
+                   operation: str | None = None, details: dict[str, Any] | None = None) -> Iterator[_PartsPlan]:
+    """The sources spilled (`_spill`) and their ONE plan, for `write` (an ingest) or `stage` (a release
+    run, which commits later); the spill directory lives as long as the context."""
+    ctx = lake.table(table)
+    n = ctx.table.buckets or 1
+    groups = max(1, min(len(sources), n))
+    with spill_directory(lake) as spill:
+        parts = _spill(lake, ctx, sources, spill, groups)
+        reused = _reused_positions(spill, parts, groups)
+        crash_point("parts.after_spill")
+        yield _PartsPlan(lake, parts, spill, groups=groups, buckets=n, reused=reused, replay=replay,
+                         operation=operation or ("replay" if replay else "ingest"), details=details or {})
+
+
+def _spill(lake: LakeContext, ctx: TableContext, sources: list[Source], spill: str, groups: int) -> list[_Part]:
+    """Each source in turn: decoded, kept raw, its events spilled (`_spill_events`), its line spans mapped."""
+    parts: list[_Part] = []
+    for number, source in enumerate(sources, start=1):
+        progress.item(f"part {number}/{len(sources)}", source.size)  # the bar of the CLI's `progress.work`, if any
+        batch = source.load(spill)  # this source only: hashed and decoded
+        part = next_part(parts, batch, seq=source.batch, accepted=batch.decoded.events.height)
+        with raw_kept(lake, batch, keep=source.keep_raw):
+            if not part.repeat:
+                part.held = _spill_events(lake, ctx, batch.decoded.events.with_columns(
+                    pl.col("line") + (part.first_line - 1)), spill, groups, number, seq=source.batch)
+        parts.append(part)
+        decoded = batch.decoded
+        decoded.events = decoded.events.clear()  # spilled: only the rejects stay on the heap
+        for name in ("offsets", "lengths"):  # 16 bytes a line: read back mapped, for a conflict's text
+            np.save(spans := os.path.join(spill, f"{name}-p{number:06d}.npy"), getattr(decoded, name))
+            setattr(decoded, name, np.load(spans, mmap_mode="r"))
+    return parts
+
+
+@contextmanager
+def raw_kept(lake: LakeContext, batch: FileBatch | BytesBatch, *, keep: bool) -> Iterator[None]:
+    """The body's work while the batch's raw copy is stored alongside (`RawCopy`), waited for when the body
+    ends (its error raised); with `keep` false (a retained raw batch) no copy."""
+    if not keep:
+        yield
+        return
+    with RawCopy(batch, lake.raw, received=lake.clock.now(), size=_size(batch)) as raw:
+        yield
+        raw.kept()
+
+
+def next_part(parts: list[_Part], batch: FileBatch | BytesBatch, *, seq: int, accepted: int) -> _Part:
+    """The part of the next source after `parts` (whichever executor decoded it): its lines numbered after
+    theirs, its line 1 in its batch's file (the parts of a batch share a numbering), and whether it is a
+    repeat (the same bytes as an earlier source: applied once, as that one)."""
+    first_line = parts[-1].first_line + parts[-1].batch.decoded.extracted if parts else 1
+    start = next((p.first_line for p in parts if p.seq == seq), first_line)
+    return _Part(number=len(parts) + 1, batch=batch, first_line=first_line, file_line=first_line - start + 1,
+                 seq=seq, accepted=accepted, repeat=any(p.batch_id == batch.batch_id for p in parts))
+
+
+def _spill_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, spill: str, groups: int,
+                  number: int, *, seq: int) -> dict[int, pl.DataFrame]:
+    """Write one source's events (lines numbered over every source) by group of buckets, and their
+    positions by group of positions (`map_events`); returns the erased subjects' events by group (held,
+    not spilled)."""
+    mapped = map_events(lake, ctx, events, groups, seq=seq)
+    for g, frame in mapped.by_group.items():
+        frame.write_parquet(_spill_path(spill, g, number))
+    for g, frame in mapped.by_position.items():
+        frame.write_parquet(_spill_path(spill, g, number, "q"))
+    return mapped.held
+
+
+@dataclass(slots=True, kw_only=True)
+class Mapped:
+    """The map of one source's events: by group of buckets (erased subjects' events left out), each event's
+    (position, line, batch number, content hash) by group of positions, and the erased subjects' events by
+    group of buckets (`held`: kept by the process that commits, never spilled nor shipped to a worker)."""
+
+    by_group: dict[int, pl.DataFrame]
+    by_position: dict[int, pl.DataFrame]
+    held: dict[int, pl.DataFrame]
+
+
+def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, groups: int, *, seq: int) -> Mapped:
+    """The map of one source's decoded events (`events`, lines as the caller numbers them), tagged with its
+    batch number `seq` (SEQ_COLUMN): split into `groups` groups of the table's buckets (bucket % groups, by
+    the keyed hash of its key) and as many groups of positions. Groups without events are absent."""
+    n = ctx.table.buckets or 1
+    events = events.with_columns(pl.lit(seq, dtype=pl.Int32).alias(SEQ_COLUMN))
+    grouped = with_buckets(events, ctx.table.keyed().key, n, ctx.erasures.subject_key).with_columns(
+        (pl.col(BUCKET_COLUMN) % groups).alias(GROUP_COLUMN)).drop(BUCKET_COLUMN)
+    held = _erased_events(lake, grouped)  # never spilled: the spill holds no erased subject's id
+    if held is not None:
+        grouped = grouped.join(held.select("line"), on="line", how="anti")
+    return Mapped(by_group=_by_group(grouped), by_position=_by_group(_positions(events, groups)),
+                  held={} if held is None else _by_group(held))
+
+
+def _by_group(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
+    return {int(g): f.drop(GROUP_COLUMN) for (g,), f in frame.partition_by(GROUP_COLUMN, as_dict=True).items()}
+
+
+def _erased_events(lake: LakeContext, events: pl.DataFrame) -> pl.DataFrame | None:
+    """The events of erased subjects (None: none), held in memory instead of spilled: a spill left by a
+    killed ingest is in the lake's temp folder until the next writer sweeps it, and no file we write
+    after an erasure holds the subject's id (I4). The plan screens them (`screened`) as the fold does."""
+    _, blocked = erasure_filter(lake, events)
+    if not blocked:
+        return None
+    return events.filter(pl.col("line").is_in(pl.Series([r.line for r in blocked], dtype=events["line"].dtype)
+                                              .implode()))
 
 
 def _spill_path(spill: str, group: int, number: int, kind: str = "g") -> str:
@@ -295,17 +427,17 @@ CONTENT_COLUMN = "__content"  # in memory and in the spill only: a 64-bit hash o
 
 
 def _positions(events: pl.DataFrame, groups: int) -> pl.DataFrame:
-    """Each event's position, file line and content hash (`differing_repeats`' content), with the group
-    of positions it is checked in."""
-    return events.select("position", "line", pl.struct(CONTENT).hash().alias(CONTENT_COLUMN),
+    """Each event's position, line, batch number and content hash (`differing_repeats`' content), with the
+    group of positions it is checked in."""
+    return events.select("position", "line", SEQ_COLUMN, pl.struct(CONTENT).hash().alias(CONTENT_COLUMN),
                          (pl.col("position") % groups).cast(pl.Int32).alias(GROUP_COLUMN))
 
 
 def _reused_positions(spill: str, parts: list[_Part], groups: int) -> pl.Series:
-    """The file lines whose position an earlier line of another part holds with other content: what the
-    one-part ingest's batch-wide check (`differing_repeats`: the first line of a position stands) rejects
-    beyond each part's own check. A group of positions at a time (24 bytes an event): every line of a
-    position is in the same group."""
+    """The lines whose position an earlier line of another part of the same batch holds with other content:
+    what the one-part ingest's batch-wide check (`differing_repeats`: the first line of a position stands)
+    rejects beyond each part's own check. A group of positions at a time (28 bytes an event): every line of
+    a position is in the same group."""
     bad: list[pl.Series] = [pl.Series("line", [], dtype=pl.Int64)]
     for g in range(groups):
         frames = [pl.read_parquet(s) for p in parts if os.path.exists(s := _spill_path(spill, g, p.number, "q"))]
@@ -315,26 +447,41 @@ def _reused_positions(spill: str, parts: list[_Part], groups: int) -> pl.Series:
 
 
 def reused_in(frames: list[pl.DataFrame]) -> pl.Series:
-    """Of one group of positions (every part's (position, line, content hash) of it, in file lines): the
-    lines whose position an earlier line holds with other content."""
+    """Of one group of positions (every source's (position, line, batch number, content hash) of it, lines
+    numbered over the sources): the lines whose position an earlier line of the same batch holds with other
+    content. Between batches (SEQ_COLUMN) the fold judges a reused position."""
     seen = pl.concat(frames)
-    first = pl.col(CONTENT_COLUMN).sort_by("line").first().over("position")
-    return seen.filter((pl.len().over("position") > 1) & (pl.col(CONTENT_COLUMN) != first))["line"].cast(pl.Int64)
+    first = pl.col(CONTENT_COLUMN).sort_by("line").first().over("position", SEQ_COLUMN)
+    return seen.filter((pl.len().over("position", SEQ_COLUMN) > 1) & (pl.col(CONTENT_COLUMN) != first))["line"] \
+        .cast(pl.Int64)
 
 
 class _PartsPlan(Plan):
-    """All parts of a file as one change: on every attempt, the parts already applied on the parent are
-    left out; the others' events are read back a group of buckets at a time (every part's events of those
-    buckets, in file order), filtered for erased subjects, checked for a position reused with other
-    content by the same order in an earlier part (quarantined, as the one-part ingest's batch-wide check
-    does), and planned on the parent by `plan_bucketed` restricted to those buckets. Each group's new
-    (day, bucket) files stream to staging; the groups never share a file."""
+    """All sources as one change: on every attempt, the parts already applied on the parent are left out
+    (an ingest's; a replay re-applies them); the others' events are read back a group of buckets at a time
+    (every part's events of those buckets, in source order), screened for a position reused with other
+    content by the same order in an earlier part of the same batch (quarantined, as the one-part ingest's
+    batch-wide check does) and for erased subjects, and folded on the parent (`fold_group`) restricted to
+    those buckets. Each group's new (day, bucket) files stream to staging; the groups never share a file."""
 
     def __init__(self, lake: LakeContext, parts: list[_Part], spill: str, *, groups: int, buckets: int,
-                 reused: pl.Series) -> None:
+                 reused: pl.Series, replay: bool = False, operation: str = "ingest",
+                 details: dict[str, Any] | None = None) -> None:
         self.lake, self.parts, self.spill, self.groups, self.buckets = lake, parts, spill, groups, buckets
-        self.reused = reused  # file lines of positions reused with other content (`_reused_positions`)
+        self.reused = reused  # lines of positions reused with other content (`_reused_positions`)
         self.starts = [p.first_line for p in parts]
+        self.replay, self.operation, self.details = replay, operation, dict(details or {})
+        self.sequenced = len({p.seq for p in parts}) > 1  # several batches: folded in order (`fold_in_order`)
+
+    def rows(self, version: int | None) -> list[dict[str, Any]]:
+        """The report's row of each source (IngestReport.parts), `version` the commit (None: none)."""
+        return [{"batch_id": p.batch_id, "first_line": p.file_line, "offset": _offset(p.batch), "size": _size(p.batch),
+                 "extracted": p.batch.decoded.extracted, "accepted": self.accepted(p),
+                 "quarantined": len(self.all_rejects(p)), "version": None if p.duplicate else version,
+                 "duplicate": p.duplicate} for p in self.parts]
+
+    def reasons(self, part: _Part) -> dict[str, int]:
+        return count_reasons(self.all_rejects(part))
 
     def accepted(self, part: _Part) -> int:
         """The part's accepted events (a duplicate part: as decoded, as `ingest_batch` reports one)."""
@@ -359,14 +506,15 @@ class _PartsPlan(Plan):
         return change
 
     def start(self, ctx: TableContext, parent: int) -> tuple[list[_Part], Change]:
-        """An attempt on `parent`: the parts not yet applied there (each part's plan-made rejects cleared),
-        and the empty change that will apply them."""
+        """An attempt on `parent`: the parts to apply there (not a repeat of an earlier source, and for an
+        ingest not yet applied; each part's plan-made rejects cleared), and the empty change applying them."""
         for part in self.parts:
-            part.duplicate = _already_applied(self.lake, ctx, part.batch_id, parent)
+            part.duplicate = part.repeat or (not self.replay and _already_applied(self.lake, ctx, part.batch_id,
+                                                                                  parent))
             part.rejects = []
         live = [p for p in self.parts if not p.duplicate]
-        return live, Change(operation="ingest", batch_ids=[p.batch_id for p in live], removes=[], locations={},
-                            details={"changed_keys": 0})
+        return live, Change(operation=self.operation, batch_ids=[p.batch_id for p in live], removes=[],
+                            locations={}, details={**self.details, "changed_keys": 0})
 
     def chosen_groups(self, ctx: TableContext, parent: int) -> list[tuple[list[int], set[int] | None]]:
         """The groups planned together, each with the buckets it may touch (None: any). An untagged
@@ -378,8 +526,22 @@ class _PartsPlan(Plan):
             return [(everything, None)]
         return [([g], {b for b in range(self.buckets) if b % self.groups == g}) for g in everything]
 
+    def screen_held(self, chosen: list[int], live: list[_Part], key: str) -> list[Reject]:
+        """The held events (erased subjects') of the groups `chosen`, screened in this process as the fold
+        screens every event (`screened`): each a reject (for `add_rejects`), none folded (an erasure is
+        never undone)."""
+        held = [p.held[g] for g in chosen for p in live if g in p.held]
+        if not held:
+            return []
+        rest, rejects = screened(self.lake, pl.concat(held, how="vertical_relaxed"), self.reused, key)
+        if rest.height:
+            raise SafetyError("an event held as an erased subject's is no longer blocked by the erasure ledger; "
+                              "refused", batch_id=self._part_of(int(rest["line"][0])).batch_id)
+        return rejects
+
     def add_rejects(self, rejects: list[Reject]) -> None:
-        """The plan's rejects (file lines), by part, with the line's span (the ledger then reads no raw batch)."""
+        """The plan's rejects (lines over the sources), by part, with the line's span (the ledger then reads
+        no raw batch)."""
         for r in rejects:
             part = self._part_of(r.line)
             line = part.local(r.line)
@@ -390,21 +552,25 @@ class _PartsPlan(Plan):
     def _stream(self, ctx: TableContext, parent: int, live: list[_Part], change: Change) -> Stream:
         hashes: list[Any] = []
         days: list[Any] = []
+        changed: list[pl.Series | None] = []
         cols = Columns.of(ctx.table)
         for chosen, only in self.chosen_groups(ctx, parent):
-            paths = [_spill_path(self.spill, g, p.number) for g in chosen for p in live]
-            frames = [pl.read_parquet(s) for s in paths if os.path.exists(s)]
+            self.add_rejects(self.screen_held(chosen, live, cols.key))
+            frames = [pl.read_parquet(s) for g in chosen for p in live
+                      if os.path.exists(s := _spill_path(self.spill, g, p.number))]
             if not frames:
                 continue
-            events = pl.concat(frames) if len(chosen) == 1 else pl.concat(frames).sort("line")  # file order
+            events = in_order(frames, several=len(chosen) > 1)
             del frames
-            fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only)
+            fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only,
+                              sequenced=self.sequenced)
             del events
             self.add_rejects(fold.rejects)
             if fold.stream is None:
                 continue
             change.removes.extend(fold.removes)
             change.details["changed_keys"] += fold.applied.changed_keys
+            changed.append(fold.applied.changed)
             if fold.applied.hashed_locations is not None:
                 hashes.append(fold.applied.hashed_locations[0])
                 days.append(fold.applied.hashed_locations[1])
@@ -412,6 +578,7 @@ class _PartsPlan(Plan):
             crash_point("parts.after_group")
         if hashes:
             change.hashed_locations = (np.concatenate(hashes), np.concatenate(days))
+        change.changed = changed_keys(changed)
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
         for part in self.parts:
@@ -425,10 +592,26 @@ class _PartsPlan(Plan):
         crash_point("ingest.after_quarantine")
 
 
+def changed_keys(groups: list[pl.Series | None]) -> pl.Series | None:
+    """The keys every group's fold changed, for the commit's key filter (`Change.changed`: a rebase over
+    this commit then reads none of its files); None if a group's are unknown (the rebase reads them)."""
+    if not groups or any(g is None for g in groups):
+        return None
+    return pl.concat([g for g in groups if g is not None])
+
+
+def in_order(frames: list[pl.DataFrame], *, several: bool) -> pl.DataFrame:
+    """One group's events from every part (each in line order, the parts in source order), in source order;
+    `several` groups planned as one are interleaved, so sorted by line."""
+    events = pl.concat(frames)
+    return events.sort("line") if several else events
+
+
 @dataclass(slots=True, kw_only=True)
 class GroupFold:
-    """The reduce of one group of buckets on a parent: its plan, the parent files it replaces, the lazy
-    stream of their new content (None: nothing to commit) and its rejects (file lines; no text, no span)."""
+    """The fold of one group of buckets on a parent: its plan, the parent files it replaces, the lazy
+    stream of their new content (None: nothing to commit) and its rejects (lines over the sources; no text,
+    no span)."""
 
     applied: ApplyPlan
     removes: list[_delta.FileEntry]
@@ -437,16 +620,27 @@ class GroupFold:
 
 
 def fold_group(lake: LakeContext, ctx: TableContext, parent: int, events: pl.DataFrame, *, reused: pl.Series,
-               key: str, only: set[int] | None) -> GroupFold:
-    """The reduce of one group: every part's events of its buckets (file lines, file order) without the lines
-    whose position an earlier line holds with other content (`reused`), filtered for erased subjects,
-    planned on `parent` by `plan_bucketed` restricted to the group's buckets (`only`; None: any)."""
+               key: str, only: set[int] | None, sequenced: bool) -> GroupFold:
+    """The fold of one group, in this process or a Ray worker: every part's events of its buckets (in source
+    order), `screened`, then planned on `parent` by `plan_bucketed` restricted to the group's buckets
+    (`only`; None: any), several batches (`sequenced`) each as if committed after the ones before."""
+    if not sequenced:
+        events = events.drop(SEQ_COLUMN)
+    events, rejects = screened(lake, events, reused, key)
+    applied, removes, stream = plan_bucketed(ctx, parent, events, only_buckets=only,
+                                             sequence=SEQ_COLUMN if sequenced else None)
+    conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
+                        order_id=c.order_id) for c in applied.conflicts]
+    return GroupFold(applied=applied, removes=removes, stream=stream, rejects=[*rejects, *conflicts])
+
+
+def screened(lake: LakeContext, events: pl.DataFrame, reused: pl.Series, key: str) -> tuple[pl.DataFrame, list[Reject]]:
+    """`events` without those at `reused` lines (a position an earlier line of the batch holds with other
+    content) and without erased subjects' (`erasure_filter`), and a reject for each one left out."""
     events, repeats = _without_lines(events, reused, key)
     events, blocked = erasure_filter(lake, events)
-    applied, removes, stream = plan_bucketed(ctx, parent, events, only_buckets=only)
-    conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
-                        order_id=c.order_id) for c in [*repeats, *applied.conflicts]]
-    return GroupFold(applied=applied, removes=removes, stream=stream, rejects=[*blocked, *conflicts])
+    return events, [*blocked, *(Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
+                                       order_id=c.order_id) for c in repeats)]
 
 
 def _without_lines(events: pl.DataFrame, lines: pl.Series, key: str) -> tuple[pl.DataFrame, list[Conflict]]:

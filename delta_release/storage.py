@@ -22,6 +22,7 @@ import io
 import mmap
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -29,7 +30,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -48,7 +49,9 @@ from .faults import crash_point
 # temp folders of the roots it writes into (quarantine/temp_sweep.py: never a walk of the lake), and every
 # erasure and `vacuum` walk the whole lake (`temp_files`, `sweep_temp` without `under`: `_tmp` and the
 # temp files an earlier version left next to their final names). A temp file is stale when the process
-# that wrote it is gone (same host, pid not running) or it is older than the grace.
+# that wrote it is gone (same host, pid not running) or it is older than the grace. A temp FOLDER of the
+# same name (an ingest's spill, parts.py) is one temp file to the sweeps: stale once its process is gone,
+# never while that process runs on this host (a long ingest plans from it for hours), removed whole.
 # Durability is what it was when temps sat next to their final names: the data is fsynced before the
 # rename/link (except `write_once(durable=False)`, whose caller syncs the file and its folder later: staged
 # files, `sync`, docs/architecture.md decision 12) and no other directory is fsynced, before or now (a
@@ -119,6 +122,53 @@ def temp_state(name: str, age_seconds: float, grace_seconds: float) -> str | Non
     if pid is not None and match.group("host") == HOST_TAG and int(pid) != os.getpid() and not _pid_alive(int(pid)):
         return "abandoned"
     return "expired" if age_seconds > grace_seconds else "in_flight"
+
+
+def _temp_folder(entry: os.DirEntry[str], now: float, grace_seconds: float) -> TempFile | None:
+    """A temp folder (`.tmp-<host>-<pid>-<uuid>`: an ingest's spill) as a TempFile (path: its full path;
+    size: its files' bytes). Its process still running on this host keeps it in flight whatever its age (a
+    long ingest plans for hours from the same spill); else it is stale as a temp file would be."""
+    match = _TEMP_NAME.fullmatch(entry.name)
+    if match is None:
+        return None
+    try:
+        st = entry.stat(follow_symlinks=False)
+        files = list(os.scandir(entry.path))
+        size = sum(f.stat(follow_symlinks=False).st_size for f in files if f.is_file(follow_symlinks=False))
+    except FileNotFoundError:
+        return None  # removed by its writer meanwhile
+    age = max(0.0, now - max([st.st_mtime, *(f.stat(follow_symlinks=False).st_mtime for f in files)]))
+    pid = match.group("pid")
+    if pid is not None and match.group("host") == HOST_TAG and (int(pid) == os.getpid() or _pid_alive(int(pid))):
+        state = "in_flight"
+    else:
+        state = temp_state(entry.name, age, grace_seconds) or "in_flight"
+    return TempFile(path=entry.path, size=size, age_seconds=age, state=state)
+
+
+SPILL_ROOT = "delta-release-spill"
+
+
+def local_spill_root() -> str:
+    """Where an ingest into an object-store lake spills (parts.py): a folder in the system temp folder
+    (`$TMPDIR`) holding one `.tmp-<host>-<pid>-<uuid>` folder per ingest, swept by `sweep_local_spills`."""
+    return os.path.join(tempfile.gettempdir(), SPILL_ROOT)
+
+
+def sweep_local_spills(grace_seconds: float = TEMP_GRACE_SECONDS) -> list[TempFile]:
+    """Remove the stale spill folders in the local spill root (a killed ingest's into an object-store
+    lake); returns them (full paths). The folders of running processes stay."""
+    root = local_spill_root()
+    try:
+        entries = list(os.scandir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    now = time.time()
+    stale = [t for e in entries if e.is_dir(follow_symlinks=False)
+             and (t := _temp_folder(e, now, grace_seconds)) is not None and t.stale]
+    for t in stale:
+        shutil.rmtree(t.path, ignore_errors=True)
+    return stale
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -572,7 +622,11 @@ class Storage:
                 continue
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in _SKIP_DIRS:
+                    if entry.name.startswith(TEMP_PREFIX):  # a temp folder (an ingest's spill, parts.py)
+                        found = _temp_folder(entry, now, grace_seconds)
+                        if found is not None:
+                            out.append(replace(found, path=entry.path[len(self._base) + 1:]))
+                    elif entry.name not in _SKIP_DIRS:
                         stack.append(entry.path)
                     continue
                 if under is None and entry.is_symlink() and entry.is_dir() and entry.name not in _SKIP_DIRS:
@@ -603,8 +657,15 @@ class Storage:
         stale = [t for t in self.temp_files(grace_seconds, under=under) if t.stale]
         if apply:
             for t in stale:
-                self.delete(t.path)
+                self.delete_temp(t.path)
         return stale
+
+    def delete_temp(self, rel: str) -> None:
+        """Remove a temp file, or a temp folder and everything in it (a spill, parts.py)."""
+        if self.is_local and os.path.isdir(full := self._full(rel)) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+            return
+        self.delete(rel)
 
     def list(self, prefix: str = "", *, recursive: bool = True) -> list[ObjectInfo]:
         base = self._full(prefix)

@@ -86,7 +86,7 @@ def test_declared_points_reads_the_code(tmp_path: Path) -> None:
 def test_matrix_covers_every_writer_and_the_generic_points() -> None:
     names = {w.name: {p.name for p in w.points} for w in WRITERS}
     assert set(names) == {"ingest", "ingest-parts", "replay", "erase", "rollback", "vacuum", "publish", "run",
-                          "migrate"}
+                          "migrate", "replay-all"}
     generic = {"commit.during", "ingest.after_commit", "ingest.after_publish"}
     for writer in ("ingest", "replay", "erase", "rollback", "publish"):
         assert generic <= names[writer], writer
@@ -142,7 +142,8 @@ def test_subset_kills_every_writer_and_keeps_the_invariants(subset_result: dict[
     assert result["drill"] == "crash"
     matrix = result["matrix"]
     assert isinstance(matrix, dict) and set(matrix) == {w.name for w in WRITERS}
-    assert all(matrix[w] for w in ("ingest", "ingest-parts", "replay", "erase", "rollback", "vacuum", "publish", "run"))
+    assert all(matrix[w] for w in ("ingest", "ingest-parts", "replay", "replay-all", "erase", "rollback", "vacuum",
+                                   "publish", "run"))
     checks = result["checks"]
     assert isinstance(checks, dict)
     writers = result["writers"]

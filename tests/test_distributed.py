@@ -25,7 +25,7 @@ from s3server import S3Server, s3server  # noqa: F401 - the fixture
 from test_parts import _history
 
 import delta_release as dr
-from delta_release import _delta, faults
+from delta_release import _delta, faults, parts
 from delta_release.contract.parts import ENV_MAX_PART
 from delta_release.distributed import ray_executor
 from delta_release.gateway.catalog import SqliteCatalog
@@ -109,9 +109,47 @@ def test_ray_equals_local(cluster: str, tmp_path: Path, monkeypatch: pytest.Monk
     evidence = _delta.version_evidence(ray_lake.table_uri("orders"), ray_lake.options, got.version)
     assert evidence is not None and evidence["publication"] == "deferred"
     assert evidence["batch_ids"] == [p["batch_id"] for p in got.parts]
+    local_evidence = _delta.version_evidence(local.table_uri("orders"), local.options, want.version)
+    assert local_evidence is not None and evidence["key_filter"] == local_evidence["key_filter"]  # a rebase
+    assert evidence["key_filter"]["keys"] > 0  # over either reads no data file: the reducers' keys
     assert _on_disk(ray_lake) == _referenced(ray_lake)  # no stray file
     again = ray_lake.ingest(path, executor="ray")  # every part applied: nothing to do
     assert again.version is None and again.duplicate
+
+
+def test_an_erased_subjects_events_go_to_the_driver_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The map task (run here, no cluster) leaves an erased subject's events out of every group's frame
+    bound for the object store and the reduce tasks; they come back in its summary (the driver's), with
+    each event's batch number in the frames for the fold."""
+    _, ray_lake, path = _lakes(tmp_path)
+    ray_lake.erase("ord-011")
+    source = parts.file_sources(path, [(0, path.stat().st_size)], batch=3)[0]
+    summary, _spans, *frames = ray_executor._map_task(ray_lake._reopener(), "orders", source, 2)
+    events = [f for f in frames[:2] if f is not None]
+    assert events and all(set(f.column("order_id").to_pylist()) and "ord-011" not in f.column("order_id").to_pylist()
+                          for f in events)
+    assert all(set(f.column(parts.SEQ_COLUMN).to_pylist()) == {3} for f in [*events, *frames[2:]] if f is not None)
+    held = [f for f in summary.held.values()]
+    assert held and all(set(f["order_id"].to_list()) == {"ord-011"} for f in held)
+    assert sum(f.num_rows for f in events) + sum(f.height for f in held) == summary.accepted
+
+
+def test_ray_equals_local_with_an_erased_subject(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erased subject's events in the file: quarantined as erased in their parts on Ray as locally (the
+    driver screens them), and nothing of the subject in the table or the staged files."""
+    local, ray_lake, path = _lakes(tmp_path)
+    _part_limit(monkeypatch, path)
+    local.erase("ord-011")
+    ray_lake.erase("ord-011")
+    want = local.ingest(path)
+    got = ray_lake.ingest(path, executor="ray")
+    assert got.reasons.get("erased_subject", 0) > 0
+    mine, theirs = got.to_json(), want.to_json()
+    for key in ("files", "removed"):
+        mine.pop(key), theirs.pop(key)
+    assert mine == theirs
+    assert _rows(ray_lake) == _rows(local) and "ord-011" not in {r["order_id"] for r in _rows(ray_lake)}
+    assert _quarantine(ray_lake, got) == _quarantine(local, want)
 
 
 def test_a_worker_killed_after_staging_is_retried_and_its_files_are_orphans(

@@ -1,10 +1,10 @@
 """A batch file larger than the part limit is received in parts (issue 17.4, issue 14.2): cut at line
-boundaries, each part its own raw batch, quarantine entry and strict commit, published once after the
-last; the table equals that of ingesting the whole file at once."""
+boundaries, each part its own raw batch, quarantine entry and reconciliation, all folded into one strict
+commit published once (issue 34.1); the table equals that of ingesting the whole file at once. Many
+batches (replay --all, a release run) go through the same fold."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -168,40 +168,33 @@ def test_parts_give_the_table_of_one_part_ingest(tmp_path: Path, seed: int, monk
     assert rows(lake) == rows(whole)
 
 
-def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a table without buckets (each part its own commit): while a part is ingested no file dict of an
-    earlier part is alive (parts.py packs them), and the total still lists every part's staged files and
-    removed paths, in part order, as the table has them."""
-    path = tmp_path / "big.jsonl"
-    path.write_bytes(jsonl(_history(3)))
-    monkeypatch.setenv(ENV_MAX_PART, "2048")
+def test_a_file_in_parts_on_a_table_without_buckets_is_one_commit(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a table without buckets (one file per day) the parts are folded as ONE group: one commit that
+    adds each day's file once, recording every part, with the table, counts and quarantine lines of the
+    one-part ingest."""
     from test_buckets import _legacy_defs
 
-    lake = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))  # parts one by one (no buckets)
-    staged: list[str] = []
-    removed: list[str] = []
-    alive: list[int] = []
-    real = parts_mod.ingest_batch
-
-    def spy(*args: Any, **kwargs: Any) -> dr.IngestReport:
-        earlier = set(staged)
-        alive.append(sum(1 for o in gc.get_objects()
-                         if isinstance(o, dict) and isinstance(o.get("path"), str) and o["path"] in earlier))
-        part = real(*args, **kwargs)
-        staged.extend(f["path"] for f in part.files)
-        removed.extend(part.removed)
-        return part
-
-    monkeypatch.setattr(parts_mod, "ingest_batch", spy)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_history(3)) + b"not json\n")
+    lakes = [dr.Lake.create(tmp_path / name, tables_dir=_legacy_defs(tmp_path / name)) for name in ("whole", "parts")]
+    for lk in lakes:
+        lk.ingest(jsonl(_history(9, 120)))
+    whole, lake = lakes
+    one = whole.ingest(path)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    before = lake.latest_version("orders")
     report = lake.ingest(path)
-    assert len(report.parts) > 5 and len(staged) > 10 and alive == [0] * len(report.parts)
-    assert [f["path"] for f in report.files] == staged and report.removed == removed
-    assert all(f["sha256"] and f["rows"] > 0 for f in report.files)
-    assert report.to_json()["files"] == report.files
-    uri, options = lake.table_uri("orders"), lake.options
-    live = {e.path for e in _delta.file_entries(uri, options, report.version)}
-    assert live <= set(staged) and set(staged) - live <= set(removed)
+    assert before is not None and len(report.parts) > 5 and lake.table_def("orders").buckets is None
+    assert report.version == before + 1 == lake.latest_version("orders") == lake.published("orders").version
+    assert rows(lake) == rows(whole)
+    assert (report.accepted, report.quarantined, report.reasons) == (one.accepted, one.quarantined, one.reasons)
+    assert _file_lines(lake, report) == _file_lines(whole, one)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, report.version)
+    assert evidence is not None and evidence["batch_ids"] == [p["batch_id"] for p in report.parts]
+    days = [a["partitionValues"]["event_day"] for a in _commit_adds(lake, report.version)]
+    assert len(days) == len(set(days)) > 1
+    assert [f["path"] for f in report.files] == [a["path"] for a in _commit_adds(lake, report.version)]
 
 
 def test_part_edges_over_long_lines_and_crlf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,7 +299,7 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     assert lake.latest_version("orders") == before_version + 1  # one commit for every part
     other = dr.Lake.create(tmp_path / "other")
     _base(other)
-    report = other.ingest(path)  # the same parts, one commit each
+    report = other.ingest(path)  # the same parts, folded the same way
     assert [p["batch_id"] for p in report.parts] == ids
     assert rows(lake) == rows(other)
     assert all(lake.ingest(path).parts[i]["duplicate"] for i in range(len(ids)) if report.parts[i]["version"])
@@ -412,6 +405,20 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
     assert report.version == lake.latest_version("orders") == before + 1 == lake.published("orders").version
     evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, report.version)
     assert evidence is not None and evidence["batch_ids"] == [p["batch_id"] for p in report.parts]
+    # the commit's evidence says what the one-part ingest's says: per day the same rows and distinct keys
+    # (each lake has its own key, so the buckets split a day differently), the same changed keys
+    theirs = _delta.version_evidence(whole.table_uri("orders"), whole.options, one.version or -1)
+    assert theirs is not None and evidence["changed_keys"] == theirs["changed_keys"]
+
+    def per_day(ev: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for f in ev["files"]:
+            day = str(f["partition"].get("event_day"))
+            rows_, keys_ = out.get(day, (0, 0))
+            out[day] = (rows_ + f["rows"], keys_ + f["distinct_keys"])
+        return out
+
+    assert per_day(evidence) == per_day(theirs)
     # each (day, bucket) file added once; the table holds one file per (day, bucket), each tag true of its
     # rows; no other file was written under the table (nothing staged twice, nothing discarded)
     adds = _commit_adds(lake, report.version)
@@ -523,3 +530,196 @@ def test_a_file_in_parts_over_legacy_untagged_files_rewrites_each_once(tmp_path:
     assert raw["order_id"].is_unique().all()
     assert rows(lake) == rows(whole)
     assert assert_tags_hold(lake) == assert_tags_hold(whole)
+
+
+# -- many batches through the same one fold: replay --all and a release run (issue 34.1) -----------------
+def _batches(seed: int, count: int = 5) -> list[bytes]:
+    """`count` batches of one history, each with positions an earlier batch holds for the same order with
+    other content (between batches: a conflict only while that event is the order's current row), exact
+    repeats of earlier batches' events, deletes and moves, and a bad line."""
+    events = _history(seed, 500)
+    rnd = random.Random(seed)
+    cuts = sorted(rnd.sample(range(1, len(events)), count - 1))
+    pieces = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+    for i in range(1, count):
+        earlier = [e for piece in pieces[:i] for e in piece if e["kind"] == "upsert"]
+        pieces[i] += [{**e, "amount_cents": e["amount_cents"] + 7} for e in rnd.sample(earlier, 6)]
+        pieces[i] += [dict(e) for e in rnd.sample(earlier, 4)]
+    return [jsonl(p) + b"not json\n" for p in pieces]
+
+
+def _ledger(lake: dr.Lake, batch_id: str) -> list[tuple[int, str, str]]:
+    if not lake.quarantine.has(batch_id):
+        return []
+    return sorted((r["line"], r["reason"], r["detail"]) for r in lake.quarantine.rows(batch_id).to_dicts())
+
+
+def _added_once(lake: dr.Lake, version: int) -> list[tuple[str, int | None]]:
+    """The (day, bucket) of every file commit `version` adds; asserts none is added twice."""
+    where = [(a["partitionValues"]["event_day"], bucket_of_path(a["path"], 8)) for a in _commit_adds(lake, version)]
+    assert len(where) == len(set(where)) and None not in {b for _, b in where}
+    return where
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_replay_all_folds_every_batch_once_and_equals_replaying_them_one_by_one(tmp_path: Path, seed: int) -> None:
+    """`replay --all` after a rollback re-applies every batch: one commit recording every batch id, each
+    (day, bucket) file added once, and the table, counts and quarantine of replaying the batches one by
+    one (each as if committed after the ones before: conflicts between batches, an erased subject)."""
+    lakes = [dr.Lake.create(tmp_path / name) for name in ("one_by_one", "folded")]
+    for lk in lakes:
+        for batch in _batches(seed):
+            lk.ingest(batch)
+        lk.erase("ord-007")
+        lk.rollback(1, repair_forward=True)  # the first batch's version: the others' rows are gone
+    ref, lake = lakes
+    applied = set(dr.ingest.applied_batches(lake))
+    order = [b.batch_id for b in lake.raw.list() if b.batch_id in applied]
+    assert [b.batch_id for b in ref.raw.list() if b.batch_id in applied] == order and len(order) == 5
+    expected = [ref.replay(b)[0] for b in order]
+    before = lake.latest_version("orders")
+    reports = lake.replay(all_batches=True)
+    assert before is not None and [r.batch_id for r in reports] == order
+    version = lake.latest_version("orders")
+    assert version == before + 1 == lake.published("orders").version  # ONE commit, published
+    assert all(r.version == version and not r.duplicate for r in reports)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
+    assert evidence is not None and evidence["batch_ids"] == order and evidence["operation"] == "replay"
+    assert evidence["key_filter"]["keys"] == evidence["changed_keys"] > 0  # every group's keys: a rebase reads no file
+    _added_once(lake, version)
+    assert rows(lake) == rows(ref)
+    for mine, theirs in zip(reports, expected, strict=True):
+        assert (mine.extracted, mine.accepted, mine.quarantined, mine.reasons) == (
+            theirs.extracted, theirs.accepted, theirs.quarantined, theirs.reasons)
+        assert mine.accepted + mine.quarantined == mine.extracted
+        assert _ledger(lake, mine.batch_id) == _ledger(ref, mine.batch_id)
+    assert sum(r.reasons.get("erased_subject", 0) for r in reports) > 0
+    assert [f["path"] for f in reports[0].files] == [a["path"] for a in _commit_adds(lake, version)]
+    # nothing tombstoned comes back: replaying again changes nothing
+    again = lake.replay(all_batches=True)
+    assert all(r.version is None for r in again) and rows(lake) == rows(ref)
+
+
+@pytest.mark.parametrize("seed", [23, 24])
+def test_a_run_of_several_batches_writes_each_file_once_and_equals_ingesting_them_in_order(
+        tmp_path: Path, seed: int) -> None:
+    """A release run's batches are staged as ONE fold (each (day, bucket) file written once, shipped in one
+    commit) with the table, per-batch counts and quarantine of ingesting them one by one; a batch given
+    twice is applied once, a batch applied before is not applied again."""
+    from delta_release.release.candidate import ship, stage_run
+
+    batches = _batches(seed)
+    ref = _based(tmp_path / "ref")
+    ref.ingest(batches[0])
+    expected = [ref.ingest(b) for b in batches[1:]]
+    lake = _based(tmp_path / "lake")
+    lake.ingest(batches[0])
+    before = lake.latest_version("orders")
+    candidate = stage_run(lake, [*batches, batches[2]], run_id="r1")  # the first applied before, the third twice
+    assert [b.report.duplicate for b in candidate.batches] == [True, False, False, False, False, True]
+    assert candidate.batch_ids == [b.batch_id for b in expected]
+    assert lake.latest_version("orders") == before  # staged, nothing committed
+    version = ship(candidate).version
+    assert before is not None and version == before + 1
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
+    assert evidence is not None and evidence["batch_ids"] == candidate.batch_ids
+    assert evidence["run_id"] == "r1" and evidence["operation"] == "release"
+    _added_once(lake, version)
+    lake.publish_version("orders", version, digest="r1")
+    assert rows(lake) == rows(ref)
+    for mine, theirs in zip(candidate.applied, expected, strict=True):
+        r = mine.report
+        assert (r.extracted, r.accepted, r.quarantined, r.reasons) == (
+            theirs.extracted, theirs.accepted, theirs.quarantined, theirs.reasons)
+        assert _ledger(lake, r.batch_id) == _ledger(ref, r.batch_id)
+    assert sum(b.report.reasons.get("position_conflict", 0) for b in candidate.applied) > 0
+
+
+def test_a_killed_ingest_leaves_its_spill_in_the_lake_temp_folder_and_the_next_writer_removes_it(
+        tmp_path: Path) -> None:
+    """Killed at `parts.after_spill`, the ingest's spill stays in the lake's `_tmp` as a `.tmp-<host>-<pid>`
+    folder (never in $TMPDIR, where nothing would remove it) holding no erased subject's id; the next
+    writer's upkeep removes it, and the rerun leaves no spill behind."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_history(7, 300)))
+    lake_dir = tmp_path / "lake"
+    _based(lake_dir)
+    env = {ENV_MAX_PART: "2048", "TMPDIR": str(tmp_path / "system-tmp")}
+    (tmp_path / "system-tmp").mkdir()
+    killed = _cli(lake_dir, "ingest", str(path), env={**env, "DELTA_RELEASE_CRASH_AT": "parts.after_spill"})
+    assert killed.returncode == -9, killed.stderr
+    spills = [p for p in (lake_dir / "_tmp").iterdir() if p.is_dir() and p.name.startswith(".tmp-")]
+    assert len(spills) == 1 and any(spills[0].glob("*.parquet"))
+    assert not any((tmp_path / "system-tmp").rglob("*.parquet"))
+    from delta_release.drills.scan import where_in_file
+
+    assert any(where_in_file(f, "ord-001") for f in spills[0].glob("*.parquet"))  # the scan sees the ids
+    assert not any(where_in_file(f, "ord-011") for f in spills[0].iterdir())  # erased in _based: held, not spilled
+    lake = dr.Lake.open(lake_dir)
+    swept = lake.ingest(jsonl([up("ord-x", 90_000, 1, 3)]))  # any writer's upkeep
+    assert swept.version is not None and not spills[0].exists()
+    rerun = _cli(lake_dir, "ingest", str(path), env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not [p for p in (lake_dir / "_tmp").iterdir() if p.is_dir()]
+    assert not any((tmp_path / "system-tmp").rglob("*.parquet"))
+
+
+def test_an_object_store_lakes_spill_is_swept_once_its_process_is_gone(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local spill root (an s3:// lake's spills): a folder whose process is gone is removed by the
+    sweep every writer start runs; a running process's folder (this one) stays, whatever its age."""
+    from delta_release.storage import HOST_TAG, local_spill_root, sweep_local_spills, temp_name
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    root = Path(local_spill_root())
+    assert root.parent == tmp_path
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = root / f".tmp-{HOST_TAG}-{int(dead.stdout)}-{'0' * 32}"
+    mine = root / temp_name()
+    for folder in (gone, mine):
+        folder.mkdir(parents=True)
+        (folder / "g0000-p000001.parquet").write_bytes(b"x")
+        os.utime(folder, (0, 0))  # older than any grace
+    swept = sweep_local_spills()
+    assert [t.path for t in swept] == [str(gone)] and not gone.exists() and mine.exists()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fold_in_order_equals_folding_batch_after_batch(seed: int) -> None:
+    """`fold_in_order` of several batches over the parent's rows gives the rows and conflicts of folding
+    each batch on the rows the ones before left (the oracle: `fold` batch by batch, the winners applied
+    between them), with `prior_day`/`had_prior` those of the parent."""
+    import polars as pl
+
+    from delta_release.apply.fold import ORDERS, dedupe_events, fold, fold_in_order
+
+    cols = ORDERS
+    rnd = random.Random(seed)
+    batches = [decode_batch(b).events for b in _batches(seed, rnd.randint(2, 5))]
+    prior = pl.concat([fold(dedupe_events(decode_batch(jsonl(_history(seed + 100, 80))).events), cols.empty())
+                       .rows.select(cols.row_columns)])
+    lines = 0
+    frames = []
+    for i, b in enumerate(batches):
+        frames.append(b.with_columns(pl.col("line") + lines, pl.lit(i, dtype=pl.Int32).alias("__b")))
+        lines += b.height + 10
+    events = pl.concat(frames)
+    got = fold_in_order(events.drop("__b"), events["__b"], prior, cols)
+    current, conflicts, won = prior, [], set()
+    for frame in frames:
+        mine = dedupe_events(frame.drop("__b"))
+        step = fold(mine, current.join(mine.select("order_id").unique(), on="order_id", how="semi"))
+        conflicts += step.conflicts
+        new = step.rows.select(cols.row_columns)
+        current = pl.concat([current.join(new.select("order_id"), on="order_id", how="anti"), new])
+        won |= set(new["order_id"].to_list())
+    assert events.group_by("order_id").agg(pl.col("__b").n_unique() > 1)["__b"].any()  # keys of several batches
+    assert got.conflicts == sorted(conflicts, key=lambda c: c.line)
+    want = current.filter(pl.col("order_id").is_in(sorted(won))).sort("order_id")
+    assert got.rows.select(cols.row_columns).sort("order_id").to_dicts() == want.to_dicts()
+    days = dict(zip(prior["order_id"].to_list(), prior["event_day"].to_list(), strict=True))
+    assert {r["order_id"]: (r["had_prior"], r["prior_day"]) for r in got.rows.to_dicts()} == {
+        k: (k in days, days.get(k)) for k in won}

@@ -21,6 +21,7 @@ from delta_release import _delta
 from delta_release.apply import reference_fold
 from delta_release.commit import rebase
 from delta_release.contract import decode_batch
+from delta_release.contract.parts import ENV_MAX_PART
 from delta_release.ingest import IngestPlan
 
 
@@ -224,6 +225,27 @@ def test_overlapping_keys_rebuild_from_the_filter_alone(lake: dr.Lake, monkeypat
     report = lake.ingest(a)
     assert checked == [False] and race.builds == 2
     assert report.stale_parents[0]["rebased"] is False
+    assert view(lake) == fold([first, b, a])
+
+
+def test_a_rebase_over_a_file_in_parts_reads_no_data_file(lake: dr.Lake, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """B ingests a file in parts (one fold of several groups of buckets, one commit): its commit records the
+    keys every group changed, so A's rebase over it decides from that filter alone, reading no data file."""
+    first = base(lake)
+    b = jsonl([up(f"ord-p{i:03d}", 20 + i, 100 + i, day=2 + i % 3) for i in range(60)])
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(b)
+    monkeypatch.setenv(ENV_MAX_PART, str(len(b) // 3 + 1))
+    a = jsonl([up("ord-a1", 10, 111, day=1), up("ord-new", 11, 555, day=1)])
+    race = Race(monkeypatch, lambda: lake.ingest(path))
+    checked = checked_without(lake, monkeypatch, hidden=[2])
+    report = lake.ingest(a)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, 2)
+    assert evidence is not None and len(evidence["batch_ids"]) >= 3  # B's parts, one commit
+    assert evidence["key_filter"]["keys"] == 60 and not evidence["key_filter"].get("all")
+    assert checked == [True] and race.builds == 1
+    assert report.stale_parents == [{"expected": 1, "found": 2, "rebased": True}]
     assert view(lake) == fold([first, b, a])
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from conftest import ORDERS, ROOT
 
 import delta_release as dr
+from delta_release import _delta
 from delta_release.cli.main import cli
 from delta_release.release.config import load_release_config
 
@@ -71,6 +72,9 @@ def test_release_ships_with_every_packet_field(shipped) -> None:  # type: ignore
     assert any(i["beyond_release_window"] for i in packet["pending"]["items"])  # backups outlive the window
     lake = dr.Lake.create(tmp / "lake")
     assert lake.published("orders").version == out["snapshot"]["version"]
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, out["snapshot"]["version"])
+    assert evidence is not None and evidence["operation"] == "release"  # the run's one fold records its keys:
+    assert evidence["key_filter"]["keys"] == evidence["changed_keys"] > 0  # a rebase over it reads no file
 
 
 def test_report_renders_with_chart_and_snapshot(shipped) -> None:  # type: ignore[no-untyped-def]

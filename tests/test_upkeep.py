@@ -23,7 +23,7 @@ from delta_release.context import TableContext
 from delta_release.erasure.ledger import ErasureEntry
 from delta_release.external import load_manifest, publish_manifest
 from delta_release.external.producer import produce_hour, upload, write_manifest
-from delta_release.release.candidate import receive, ship, stage_run
+from delta_release.release.candidate import ship, stage_run
 
 SUBJECT = "ord-gone"
 
@@ -53,7 +53,7 @@ def _erase_another(lake: dr.Lake, tmp: Path) -> int | None:
 
 
 def _release_ship(lake: dr.Lake, tmp: Path) -> int | None:
-    candidate = stage_run(lake, [receive(lake, jsonl([up("ord-new", 10, day=42)]))], run_id="r1")
+    candidate = stage_run(lake, [jsonl([up("ord-new", 10, day=42)])], run_id="r1")
     return ship(candidate).version
 
 

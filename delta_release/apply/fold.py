@@ -242,6 +242,43 @@ def fold_sequence(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORD
     return Folded(rows=rows, conflicts=conflicts)
 
 
+def fold_in_order(events: pl.DataFrame, batch: pl.Series, prior: pl.DataFrame, cols: Columns = ORDERS) -> Folded:
+    """`fold` of the events of several batches (`batch`: each event's batch number), applied in increasing
+    number as if each batch were committed after the ones before: the same rows and conflicts as `fold`
+    batch by batch on the rows the earlier batches left (a position conflict is judged against the order's
+    row at that point; each batch deduplicated on its own). `prior`: the parent's row of each key, at most
+    one. The rows' `prior_day`/`had_prior` are the parent's, as `fold` gives them for one batch.
+
+    A key of one batch only is folded with every other such key in one `fold` (the common case); the keys
+    of several batches go batch by batch, over those keys' rows only."""
+    key, part = cols.key, cols.partition
+    order = "__batch"
+    events = events.with_columns(batch.alias(order))
+    spread = events.group_by(key).agg(pl.col(order).n_unique().alias("__n")).filter(pl.col("__n") > 1).select(key)
+    single = events.join(spread, on=key, how="anti").drop(order)
+    folded = fold(dedupe_events(single, cols), prior.join(single.select(key).unique(), on=key, how="semi"), cols)
+    rows, conflicts = [folded.rows], list(folded.conflicts)
+    if spread.height:
+        several = events.join(spread, on=key, how="semi")
+        start = prior.join(spread, on=key, how="semi").select(cols.row_columns)
+        current, won = start, []
+        by_batch = several.partition_by(order, as_dict=True)
+        for number in sorted(by_batch):
+            mine = dedupe_events(by_batch.pop(number).drop(order), cols)
+            step = fold(mine, current.join(mine.select(key).unique(), on=key, how="semi"), cols)
+            conflicts += step.conflicts
+            if step.rows.height:
+                new = step.rows.select(cols.row_columns)
+                current = pl.concat([current.join(new.select(key), on=key, how="anti"), new])
+                won.append(new.select(key))
+        if won:
+            parent = start.select(key, pl.col(part).alias("prior_day"), pl.lit(True).alias("had_prior"))
+            final = current.join(pl.concat(won).unique(), on=key, how="semi").join(parent, on=key, how="left")
+            rows.append(final.with_columns(pl.col("had_prior").fill_null(False)).select(rows[0].columns)
+                        .cast(rows[0].schema))
+    return Folded(rows=pl.concat(rows), conflicts=sorted(conflicts, key=lambda c: c.line))
+
+
 def plan_apply(events: pl.DataFrame, read_rows: ReadRows, cols: Columns = ORDERS) -> ApplyPlan:
     """Plan the new content of every partition this batch changes, at the parent read by `read_rows`.
 

@@ -94,11 +94,11 @@ def erasure(opts: Options) -> None:
                                 " shows on stderr when it is a terminal.")
 @click.option("--writers", metavar="NAMES", default=None,
               help="Only these writers, comma-separated: ingest, ingest-parts, replay, erase, rollback, vacuum,"
-                   " publish, run, migrate (default: all).")
+                   " publish, run, migrate, replay-all (default: all).")
 @command_options
 def crash(opts: Options, writers: str | None) -> None:
-    """SIGKILL every writer (ingest, ingest-parts, replay, erase, rollback, vacuum, publish, run, migrate) at
-    each step; check, rerun."""
+    """SIGKILL every writer (ingest, ingest-parts, replay, erase, rollback, vacuum, publish, run, migrate,
+    replay-all) at each step; check, rerun."""
     from ..drills.crash import run_crash_drill, writer_names
 
     chosen = writer_names(writers) if writers is not None else None  # exit 2 before any work

@@ -2,21 +2,25 @@
 
 The same steps as `parts.ingest_parts_once`, with the same functions, spread over Ray core tasks:
 
-- **map**, a task per part (a byte range of the file, cut at line ends): sha256 and strict decode of the
-  range, its raw copy into the lake, and its events split by group of buckets (`parts.map_part`), each
-  group an Arrow table returned through Ray's object store (`num_returns`: the driver owns them, so they
-  outlive the worker that made them), with its (position, line, content hash) by group of positions and
-  its line spans. Only a small summary (sha256, counts, the decoder's rejects) comes to the driver.
+- **map**, a task per part (a `parts.Source`: a byte range of the file, cut at line ends): sha256 and
+  strict decode of the range, its raw copy into the lake, and its events tagged with its batch number and
+  split by group of buckets (`parts.map_events`, as the local spill splits them), each group an Arrow
+  table returned through Ray's object store (`num_returns`: the driver owns them, so they outlive the
+  worker that made them), with its (position, line, batch number, content hash) by group of positions and
+  its line spans. Only a small summary (sha256, counts, the decoder's rejects) comes to the driver, with
+  the erased subjects' events (`Mapped.held`): these never enter a group's frame nor reach a reduce task,
+  the driver screens them (`_PartsPlan.screen_held`) as the local plan does.
 - **same-position check**, a task per group of positions (`parts.reused_in`): the lines whose position an
   earlier line of the file holds with other content.
-- **reduce**, a task per group of buckets (`parts.fold_group`): every part's events of its buckets folded
-  once with the parent's files of those buckets, staged straight into the lake under a fresh candidate id
-  (`stage_partitions`), returning the files' evidence, the parent files they replace, the hashed key
-  locations and the rejects.
-- **driver**: upkeep (`before_work`), then the writer (`commit/writer.py`): the union of the reducers'
-  files is gated and committed in ONE strict commit (deferred), the indexes recorded, the version
-  published once. A stale parent discards the staged files and runs the reduce stage again on the new
-  parent; the map outputs stay in the object store, nothing is decoded again.
+- **reduce**, a task per group of buckets (`parts.fold_group`, the local plan's fold of a group): every
+  part's events of its buckets folded once with the parent's files of those buckets, staged straight
+  into the lake under a fresh candidate id (`stage_partitions`), returning the files' evidence, the
+  parent files they replace, the hashed key locations and the rejects.
+- **driver**: the parts numbered as the local spill numbers them (`parts.next_part`), then the local
+  path's commit (`parts.write_plan`: upkeep, the writer): the union of the reducers' files is gated and
+  committed in ONE strict commit (deferred), the indexes recorded, the version published once
+  (`parts.publish_plan`). A stale parent discards the staged files and runs the reduce stage again on the
+  new parent; the map outputs stay in the object store, nothing is decoded again.
 
 Faults: a worker that dies is retried by Ray (`max_retries`); files a dead attempt staged are in no commit
 (vacuum's orphan rule removes them). A driver killed before the commit leaves nothing visible (staged
@@ -24,7 +28,8 @@ files are orphans, raw copies are kept, no batch id is applied); a rerun does it
 
 The lake must be storage every worker reaches (`s3://`, or a local path when every node of the cluster is
 this machine: anything else is refused), and the input file must be readable at the same path on every
-node (the map tasks read their ranges).
+node (the map tasks read their ranges). `replay --all` and a release run fold in this process (`--executor`
+is an ingest's option).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,17 +49,29 @@ import polars as pl
 
 from .. import _delta, progress
 from ..apply.fold import Columns
-from ..commit.writer import Change, write
+from ..commit.writer import Change
 from ..context import LakeContext, TableContext
 from ..contract import Reject
 from ..contract.decode import DecodedBatch
-from ..contract.source import FileBatch, read_batch_file
+from ..contract.source import FileBatch
 from ..errors import DeltaReleaseError, InputError
 from ..faults import crash_point, exit_once, exit_once_spec
 from ..ingest import IngestReport
-from ..maintenance import upkeep
-from ..parts import Grouping, _Part, _PartsPlan, fold_group, map_part, parts_report, reused_in
-from ..raw.background import RawCopy
+from ..parts import (
+    Source,
+    _Part,
+    _PartsPlan,
+    changed_keys,
+    fold_group,
+    in_order,
+    map_events,
+    next_part,
+    parts_report,
+    publish_plan,
+    raw_kept,
+    reused_in,
+    write_plan,
+)
 from ..stage import Candidate, stage_partitions
 from ..stage.candidate import FileEvidence
 
@@ -86,14 +104,18 @@ def connect(lake: LakeContext) -> Any:
 
 @dataclass(slots=True, kw_only=True)
 class _PartSummary:
-    """What a map task sends the driver itself: the part's identity and counts, not its events."""
+    """What a map task sends the driver itself: the part's identity and counts, not its events (but for the
+    erased subjects' events, `held`: the driver keeps them, as the local path keeps them out of its spill)."""
 
+    path: str
+    offset: int
     sha256: str
     size: int
     extracted: int
     accepted: int
     rejects: list[Reject]
     schema_versions: list[int]
+    held: dict[int, pl.DataFrame]  # group of buckets -> erased subjects' events (part lines)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -102,7 +124,7 @@ class _MapRefs:
 
     spans: Any  # (offsets, lengths) of the part's lines: fetched only for a part the reduce rejected lines of
     events: list[Any]  # per group of buckets: an Arrow table of the part's events, or None
-    positions: list[Any]  # per group of positions: (position, line, content hash), or None
+    positions: list[Any]  # per group of positions: (position, line, batch number, content hash), or None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -113,26 +135,31 @@ class _Reduced:
     removes: list[_delta.FileEntry] = field(default_factory=list)
     changed_keys: int = 0
     hashed_locations: tuple[Any, Any] | None = None
-    rejects: list[Reject] = field(default_factory=list)  # file lines, no text, no span
+    changed: pl.Series | None = None  # the keys the fold changed (the commit's key filter)
+    rejects: list[Reject] = field(default_factory=list)  # lines over the file, no text, no span
 
 
-def _map_task(opener: Opener, path: str, offset: int, size: int, grouping: Grouping) -> tuple[Any, ...]:
+def _map_task(opener: Opener, table: str, source: Source, groups: int) -> tuple[Any, ...]:
     lake = opener()
-    batch = read_batch_file(path, offset=offset, length=size)  # sha256 and strict decode of the range
-    with RawCopy(batch, lake.raw, received=lake.clock.now(), size=batch.size) as raw:
-        by_group, by_position = map_part(batch, grouping, lake.erasures.subject_key, line_shift=0)  # part lines
-        raw.kept()
+    ctx = lake.table(table)
+    with tempfile.TemporaryDirectory(prefix="delta-release-map-") as scratch:
+        batch = source.load(scratch)  # sha256 and strict decode of the range
+    if not isinstance(batch, FileBatch):
+        raise InputError("the ray executor maps parts of a file (byte ranges); this source is not one",
+                         argument="executor")
+    with raw_kept(lake, batch, keep=source.keep_raw):
+        mapped = map_events(lake, ctx, batch.decoded.events, groups, seq=source.batch)  # part lines
     decoded = batch.decoded
-    summary = _PartSummary(sha256=batch.sha256, size=batch.size, extracted=decoded.extracted,
-                           accepted=decoded.events.height, rejects=decoded.rejects,
-                           schema_versions=decoded.schema_versions)
-    events = [None if (f := by_group.get(g)) is None else f.to_arrow() for g in range(grouping.groups)]
-    positions = [None if (f := by_position.get(g)) is None else f.to_arrow() for g in range(grouping.groups)]
+    summary = _PartSummary(path=os.fspath(batch.path), offset=batch.offset, sha256=batch.sha256, size=batch.size,
+                           extracted=decoded.extracted, accepted=decoded.events.height, rejects=decoded.rejects,
+                           schema_versions=decoded.schema_versions, held=mapped.held)
+    events = [None if (f := mapped.by_group.get(g)) is None else f.to_arrow() for g in range(groups)]
+    positions = [None if (f := mapped.by_position.get(g)) is None else f.to_arrow() for g in range(groups)]
     return (summary, (decoded.offsets, decoded.lengths), *events, *positions)
 
 
-def _in_file_lines(shifts: list[int], frames: tuple[Any, ...]) -> list[pl.DataFrame]:
-    """The parts' frames (Arrow, part lines) as Polars frames in file lines."""
+def _in_lines(shifts: list[int], frames: tuple[Any, ...]) -> list[pl.DataFrame]:
+    """The parts' frames (Arrow, part lines) as Polars frames in lines over the file."""
     out = []
     for shift, frame in zip(shifts, frames, strict=True):
         if frame is not None:
@@ -143,21 +170,22 @@ def _in_file_lines(shifts: list[int], frames: tuple[Any, ...]) -> list[pl.DataFr
 
 
 def _reused_task(shifts: list[int], *frames: Any) -> pl.Series:
-    found = _in_file_lines(shifts, frames)
+    found = _in_lines(shifts, frames)
     return reused_in(found) if found else pl.Series("line", [], dtype=pl.Int64)
 
 
 def _reduce_task(opener: Opener, table: str, parent: int, batch_ids: list[str], chosen: list[int],
-                 only: set[int] | None, reused: pl.Series, shifts: list[int], fault: str | None,
+                 only: set[int] | None, reused: pl.Series, shifts: list[int], sequenced: bool, fault: str | None,
                  *frames: Any) -> _Reduced:
     lake = opener()
     ctx = lake.table(table)
-    found = _in_file_lines(shifts, frames)
+    found = _in_lines(shifts, frames)
     if not found:
         return _Reduced()
-    events = pl.concat(found) if len(chosen) == 1 else pl.concat(found).sort("line")  # file order
+    events = in_order(found, several=len(chosen) > 1)
     del found
-    fold = fold_group(lake, ctx, parent, events, reused=reused, key=Columns.of(ctx.table).key, only=only)
+    fold = fold_group(lake, ctx, parent, events, reused=reused, key=Columns.of(ctx.table).key, only=only,
+                      sequenced=sequenced)
     del events
     if fold.stream is None:
         return _Reduced(rejects=fold.rejects)
@@ -168,7 +196,8 @@ def _reduce_task(opener: Opener, table: str, parent: int, batch_ids: list[str], 
                               buckets=tdef.buckets, hasher=ctx.erasures.subject_key)
     exit_once(fault, "distributed.after_stage")  # the kill test: a worker dead after staging, once
     return _Reduced(files=staged.files, removes=fold.removes, changed_keys=fold.applied.changed_keys,
-                    hashed_locations=fold.applied.hashed_locations, rejects=fold.rejects)
+                    hashed_locations=fold.applied.hashed_locations, changed=fold.applied.changed,
+                    rejects=fold.rejects)
 
 
 def _gathered(ray: Any, ctx: TableContext, tasks: list[Any]) -> list[Any]:
@@ -207,9 +236,9 @@ class _RayPartsPlan(_PartsPlan):
     them as one pre-staged candidate for the writer to gate and commit. Rebuilt on a stale parent: only
     the reduce tasks run again (on the new parent), from the map outputs still in the object store."""
 
-    def __init__(self, lake: LakeContext, parts: list[_Part], *, grouping: Grouping, reused: pl.Series,
+    def __init__(self, lake: LakeContext, parts: list[_Part], *, groups: int, buckets: int, reused: pl.Series,
                  ray: Any, refs: list[_MapRefs], opener: Opener) -> None:
-        super().__init__(lake, parts, "", groups=grouping.groups, buckets=grouping.buckets, reused=reused)
+        super().__init__(lake, parts, "", groups=groups, buckets=buckets, reused=reused)
         self.ray, self.refs, self.opener = ray, refs, opener
         self.reducer = ray.remote(num_cpus=1, max_retries=RETRIES)(_reduce_task)
         self.reduce_runs = 0  # reduce stages run (one per attempt that had parts to apply)
@@ -220,14 +249,17 @@ class _RayPartsPlan(_PartsPlan):
             return change
         self.reduce_runs += 1
         fault = exit_once_spec()
+        key = Columns.of(ctx.table).key
         tasks = []
+        rejects: list[Reject] = []
         for chosen, only in self.chosen_groups(ctx, parent):
+            rejects.extend(self.screen_held(chosen, live, key))  # here: erased subjects' events reach no worker
             frames = [self.refs[p.number - 1].events[g] for g in chosen for p in live]
             shifts = [p.first_line - 1 for _ in chosen for p in live]
             tasks.append(self.reducer.remote(self.opener, ctx.name, parent, change.batch_ids, chosen, only,
-                                             self.reused, shifts, fault, *frames))
+                                             self.reused, shifts, self.sequenced, fault, *frames))
         reduced: list[_Reduced] = _gathered(self.ray, ctx, tasks)
-        rejects = [r for one in reduced for r in one.rejects]
+        rejects.extend(r for one in reduced for r in one.rejects)
         self._fetch_spans({self._part_of(r.line).number for r in rejects})
         self.add_rejects(rejects)
         files = [f for one in reduced for f in one.files]
@@ -235,6 +267,7 @@ class _RayPartsPlan(_PartsPlan):
             return change  # nothing changes the table
         change.removes = [e for one in reduced for e in one.removes]
         change.details["changed_keys"] = sum(one.changed_keys for one in reduced)
+        change.changed = changed_keys([one.changed for one in reduced if one.files or one.removes])
         hashed = [one.hashed_locations for one in reduced if one.hashed_locations is not None]
         if hashed:
             change.hashed_locations = (np.concatenate([h[0] for h in hashed]), np.concatenate([h[1] for h in hashed]))
@@ -250,39 +283,40 @@ class _RayPartsPlan(_PartsPlan):
                 decoded.offsets, decoded.lengths = self.ray.get(self.refs[number - 1].spans)
 
 
-def ingest_parts_on_ray(lake: LakeContext, path: str | os.PathLike[str], ranges: list[tuple[int, int]], *,
-                        table: str, publish: bool, opener: Opener) -> IngestReport:
+def ingest_parts_on_ray(lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
+                        opener: Opener) -> IngestReport:
     """`parts.ingest_parts_once` on Ray (module docstring): the same parts, plan, commit and report."""
     ray = connect(lake)
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    grouping = Grouping(key=ctx.table.keyed().key, buckets=n, groups=min(n, max(len(ranges), cpus)))
-    groups = grouping.groups
+    groups = min(n, max(len(sources), cpus))
     mapper = ray.remote(num_cpus=1, num_returns=2 + 2 * groups, max_retries=RETRIES)(_map_task)
-    outs = [mapper.remote(opener, os.fspath(path), offset, size, grouping) for offset, size in ranges]
+    outs = [mapper.remote(opener, table, source, groups) for source in sources]
     waiting = {out[0]: number for number, out in enumerate(outs, start=1)}
     while waiting:  # the CLI's bar moves part by part as the maps finish (in any order)
         done, _ = ray.wait(list(waiting), num_returns=1)
         number = waiting.pop(done[0])
-        progress.item(f"part {number}/{len(ranges)} mapped", ranges[number - 1][1])
+        progress.item(f"part {number}/{len(sources)} mapped", sources[number - 1].size)
     summaries: list[_PartSummary] = _unwrapped(ray, [out[0] for out in outs])
     parts: list[_Part] = []
-    first_line = 1
-    for number, ((offset, size), s) in enumerate(zip(ranges, summaries, strict=True), start=1):
+    for source, s in zip(sources, summaries, strict=True):
         decoded = DecodedBatch(extracted=s.extracted, events=pl.DataFrame(), rejects=s.rejects,
                                schema_versions=s.schema_versions)
-        batch = FileBatch(path=Path(path), sha256=s.sha256, size=s.size, decoded=decoded, offset=offset)
-        parts.append(_Part(number=number, batch=batch, first_line=first_line, offset=offset, size=size,
-                           accepted=s.accepted))
-        first_line += s.extracted
+        batch = FileBatch(path=Path(s.path), sha256=s.sha256, size=s.size, decoded=decoded, offset=s.offset)
+        part = next_part(parts, batch, seq=source.batch, accepted=s.accepted)
+        if not part.repeat:  # in lines over the file, as the local spill holds them
+            part.held = {g: f.with_columns(pl.col("line") + (part.first_line - 1)) for g, f in s.held.items()}
+        parts.append(part)
     refs = [_MapRefs(spans=out[1], events=list(out[2:2 + groups]), positions=list(out[2 + groups:])) for out in outs]
-    shifts = [p.first_line - 1 for p in parts]
+    firsts = [p for p in parts if not p.repeat]  # a repeat's lines are not checked (nor applied)
+    shifts = [p.first_line - 1 for p in firsts]
     finder = ray.remote(num_cpus=1, max_retries=RETRIES)(_reused_task)
-    found = _unwrapped(ray, [finder.remote(shifts, *[r.positions[g] for r in refs]) for g in range(groups)])
+    found = _unwrapped(ray, [finder.remote(shifts, *[refs[p.number - 1].positions[g] for p in firsts])
+                             for g in range(groups)])
     reused = pl.concat([pl.Series("line", [], dtype=pl.Int64), *found]).sort()
     crash_point("parts.after_spill")
-    upkeep.before_work(ctx)
-    plan = _RayPartsPlan(lake, parts, grouping=grouping, reused=reused, ray=ray, refs=refs, opener=opener)
-    result = write(ctx, plan, publish_now=False)
-    return parts_report(lake, table, parts, plan, result, publish=publish)
+    plan = _RayPartsPlan(lake, parts, groups=groups, buckets=n, reused=reused, ray=ray, refs=refs, opener=opener)
+    result = write_plan(lake, plan, table=table, publish=publish)
+    publish_plan(lake, plan, result, table=table, publish=publish)
+    return parts_report(plan, result)

@@ -1,7 +1,8 @@
 """The crash drill: SIGKILL every writer at each of its steps, in a separate interpreter, then check.
 
 The drill is a table (`WRITERS`): writer -> command line -> setup -> crash points -> expected outcome.
-Writers: `ingest` (and `ingest-parts`: the same batch as a file over the part limit), `replay`, `erase`,
+Writers: `ingest` (and `ingest-parts`: the same batch as a file over the part limit), `replay` (and
+`replay-all`: `replay --all` of that file's parts after a restore, folded into one commit), `erase`,
 `rollback --repair-forward`, `vacuum --apply`, telemetry `publish MANIFEST` (files from
 `delta_release.external.producer`) and a release `run CONFIG` (its ship). The
 writer's generic points (commit/writer.py and stage/: stage.after_first_file, stage.before_sync,
@@ -206,6 +207,32 @@ def _setup_replay(lake_dir: Path, scene: Scene) -> None:
                  received=lake.clock.now())
 
 
+def _setup_replay_all(lake_dir: Path, scene: Scene) -> None:
+    """The batch applied as a file in parts (several raw batches), then the table restored to the version
+    before it: `replay --all` re-applies every applied batch, folded into ONE commit (parts.py)."""
+    lake = _base(lake_dir)
+    before = lake.latest_version("orders")
+    assert before is not None
+    path = scene.inputs / "replayed.jsonl"
+    path.write_bytes(CRASH_BATCH)
+    from ..parts import ingest_file
+
+    assert len(ingest_file(lake, path, max_part=PARTS_LIMIT).parts) > 1
+    lake.rollback(before)
+
+
+def _replay_all_points() -> tuple[CrashPoint, ...]:
+    """`replay --all`: every applied raw batch read in place and spilled, one plan a group of buckets at a
+    time, one stage, gate and commit, published at once."""
+    g = _generic(staged=True, several_files=True)
+    return (_p("parts.after_spill", "replay --all: every batch spilled, nothing planned"),
+            g[0],
+            _p("parts.after_group", "replay --all: the first group of buckets staged, the others not planned"),
+            *g[1:3],
+            _p("ingest.after_quarantine", "replay --all: staged, gated, every batch's quarantine written"),
+            *g[3:])
+
+
 def _setup_applied(lake_dir: Path, scene: Scene) -> None:
     lake = _base(lake_dir)
     scene.values["before_batch"] = lake.latest_version("orders")
@@ -328,12 +355,13 @@ def _parts_points() -> tuple[CrashPoint, ...]:
 
 
 def _run_points() -> tuple[CrashPoint, ...]:
-    """The run receives its batches, stages ONE candidate (stage(): the writer's staging and gate points),
-    checks it, and only on SHIP commits (commit(): `commit.during`) and publishes; the writer's
+    """The run receives its batches (spilled: parts.py), stages ONE candidate (stage(): the writer's staging
+    and gate points), checks it, and only on SHIP commits (commit(): `commit.during`) and publishes; the writer's
     `ingest.after_commit`/`after_publish` belong to `write()` and never fire in a run. A reader sees the
     state before the run at every point: nothing is published until the catalog moves."""
     return (_p(TEMP_PREFIX + "_raw", "run: a batch's raw copy written to its temp file, not renamed"),
             _p("ingest.after_raw", "run: a batch's raw copy kept, nothing staged"),
+            _p("parts.after_spill", "run: every batch kept raw and spilled, nothing planned"),
             _p("ingest.after_staging", "run: the candidate staged, not gated"),
             _p("ingest.after_gate", "run: the candidate gated, its quarantine not written"),
             _p(TEMP_PREFIX + "_quarantine", "run: a quarantine ledger in its temp file, not renamed"),
@@ -392,6 +420,9 @@ WRITERS: tuple[Writer, ...] = (
                    _p(TEMP_PREFIX + "_catalog", "the first catalog record written to its temp file, not linked"),
                    _p("migrate.before_marker", "every publication copied and verified, format.json not written")),
            subset=("migrate.after_publication",)),
+    Writer(name="replay-all", summary="replay --all after a restore (the batch's parts, one commit)",
+           table="orders", setup=_setup_replay_all, argv=lambda lake, s: ["replay", "--all"],
+           points=_replay_all_points(), subset=("parts.after_spill", "parts.after_group")),
 )
 
 

@@ -169,5 +169,5 @@ def vacuum_table(lake: LakeContext, *, table: str = "orders", apply: bool = Fals
                 crash_point("vacuum.after_first_remove")
         for owner, t in temps:
             if t.stale:
-                owner.delete(t.path)
+                owner.delete_temp(t.path)
     return report

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..storage import TEMP_DIR, TEMP_GRACE_SECONDS, Storage, TempFile
+from ..storage import TEMP_DIR, TEMP_GRACE_SECONDS, Storage, TempFile, sweep_local_spills
 
 _NOT_ROOTS = frozenset({TEMP_DIR, "_catalog", "_delta_log"})
 
@@ -77,8 +77,8 @@ def sweep_at_writer_start(storage: Storage, grace_seconds: float = TEMP_GRACE_SE
     """Remove the stale temp files in the temp folders of the lake root `storage`, of its top-level
     folders and index roots, and of the table roots `tables` (URIs); returns them (paths relative to the
     lake root; a table outside the lake: full path)."""
-    if not storage.is_local:
-        return []  # object-store writes are single PUTs: no temp files
+    if not storage.is_local:  # object-store writes are single PUTs: no temp files; a killed ingest's spill
+        return sweep_local_spills(grace_seconds)  # (parts.py) is in the local spill root
     inside, outside = _split(storage, tables)
     under = [TEMP_DIR, *_top_temp_dirs(storage), *(f"{rel}/{TEMP_DIR}" for rel in inside)]
     removed = storage.sweep_temp(grace_seconds, under=tuple(dict.fromkeys(under)))
@@ -107,5 +107,5 @@ def sweep_lake_temp(storage: Storage, grace_seconds: float = TEMP_GRACE_SECONDS,
     """Remove the stale temp files `lake_temp_files` finds; returns them as reported."""
     stale = [(owner, t) for owner, t in lake_temp_files(storage, grace_seconds, tables=tables) if t.stale]
     for owner, t in stale:
-        owner.delete(t.path)
+        owner.delete_temp(t.path)
     return shown_temp_files(storage, stale)

@@ -48,6 +48,10 @@ class RawStore:
     def _meta_path(self, sha: str) -> str:
         return f"{PREFIX}/{sha}.meta.json"
 
+    def local_file(self, sha: str) -> Path | None:
+        """The file holding a batch's bytes on a local lake (None on an object store): read it in place."""
+        return self._storage.local_path(self._data_path(sha)) if self._storage.is_local else None
+
     def put(self, data: bytes, *, extracted: int, schema_versions: list[int],
             received: datetime) -> tuple[RawBatch, bool]:
         """Store the batch if new. Returns its record and whether this call stored it."""

@@ -1,12 +1,14 @@
 """A release run's candidate: staged, checked, and committed only when the run ships (issue 13, item 1).
 
+    receive:    each source (a file, cut in parts past the part limit; each file a batch) decoded, its raw
+                bytes kept in the raw store (received evidence, kept whatever the decision) and its events
+                spilled by group of buckets, one part at a time (parts.py `folded_sources`)
     open_run:   before_work (upkeep, pending erasures); parent = latest version of orders
-    receive:    decode each batch; its raw bytes go to the raw store (received evidence, kept whatever
-                the decision)
-    stage:      apply every new batch, in order, each on the overlay of the ones before
-                (apply/overlay.py: same rows, conflicts and quarantine lines as committing them one by
-                one); ONE candidate on the parent (`commit.writer.stage`, publication "deferred"); the
-                quarantine records of every batch are written (received evidence too)
+    stage:      ONE plan over every new batch, a group of buckets at a time, each batch applied in order as
+                if committed after the ones before (`fold_in_order`: same rows, conflicts and quarantine
+                lines as committing them one by one; the parts of one file are one batch, as an ingest of
+                the file); ONE candidate on the parent (`commit.writer.stage`, publication "deferred"),
+                each (day, bucket) file written once; the quarantine records of every batch are written
     checks:     read the staged file set (`commit.view.StagedSnapshot`), never a Delta version
     SHIP:       before_work again, then `commit.writer.commit` strictly on the run's parent: one commit
                 for orders, then the catalog, then each telemetry manifest's own commit + publication
@@ -29,50 +31,37 @@ stages nothing and ships (publishes) that version after its checks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
 from typing import Any
 
-import polars as pl
-
-from .. import _delta
-from ..apply.fold import read_rows_from
-from ..apply.overlay import apply_in_sequence
 from ..commit.view import StagedSnapshot, staged_snapshot
-from ..commit.writer import Change, Plan, StagedCandidate, commit, discard, replace_partitions, stage
+from ..commit.writer import StagedCandidate, commit, discard, stage
 from ..context import LakeContext, TableContext
-from ..contract import DecodedBatch, Reason, Reject
-from ..contract.decode import count_reasons
-from ..contract.source import BytesBatch, FileBatch, as_batch
-from ..errors import ReconciliationError, StaleParentError
+from ..contract import DecodedBatch
+from ..contract.parts import part_ranges
+from ..contract.source import BytesBatch, FileBatch
+from ..errors import StaleParentError
 from ..evidence import DEFERRED
 from ..faults import crash_point
-from ..ingest import IngestReport, _erasure_filter, applied_batches
+from ..ingest import IngestReport
 from ..maintenance.upkeep import before_work
+from ..parts import Source, bytes_source, file_sources, folded_sources
 from ..tables import DEFAULT_TABLE
 
 
 @dataclass(slots=True, kw_only=True)
 class RunBatch:
     data: FileBatch | BytesBatch
-    decoded: DecodedBatch
     report: IngestReport
-    rejects: list[Reject] = field(default_factory=list)
 
     @property
     def batch_id(self) -> str:
         return self.report.batch_id
 
-
-def receive(lake: LakeContext, source: bytes | FileBatch | BytesBatch) -> RunBatch:
-    """Decode one batch and keep its bytes in the raw store (what ingest does before it applies)."""
-    data = as_batch(source)
-    decoded, batch_id = data.decoded, data.batch_id
-    data.store(lake.raw, received=lake.clock.now())
-    crash_point("ingest.after_raw")  # the name ingest uses for the same step
-    report = IngestReport(batch_id=batch_id, extracted=decoded.extracted, accepted=decoded.accepted,
-                          quarantined=len(decoded.rejects), reasons=decoded.reasons(),
-                          schema_versions=decoded.schema_versions, version=None)
-    return RunBatch(data=data, decoded=decoded, report=report)
+    @property
+    def decoded(self) -> DecodedBatch:
+        return self.data.decoded
 
 
 def _counts_from_ledger(lake: LakeContext, b: RunBatch) -> None:
@@ -86,43 +75,19 @@ def _counts_from_ledger(lake: LakeContext, b: RunBatch) -> None:
     b.report.reasons = {r: reasons.count(r) for r in sorted(set(reasons))}
 
 
-class RunPlan(Plan):
-    """Every batch of the run not applied yet, applied in order on one parent: one Change."""
-
-    def __init__(self, lake: LakeContext, batches: list[RunBatch], *, run_id: str) -> None:
-        self.lake, self.batches, self.run_id = lake, batches, run_id
-        self.applied: list[RunBatch] = []
-
-    def build(self, ctx: TableContext, parent: int) -> Change:
-        done = applied_batches(self.lake, ctx.name)
-        todo: list[tuple[RunBatch, pl.DataFrame, list[Reject]]] = []
-        for b in self.batches:
-            if b.batch_id in done:  # applied by a committed version: its counts are those of its ledger
-                b.report.duplicate = True
-                _counts_from_ledger(self.lake, b)
-                continue
-            done.add(b.batch_id)  # a batch given twice in one run is applied once
-            events, blocked = _erasure_filter(self.lake, b.decoded)
-            todo.append((b, events, blocked))
-        base = read_rows_from(_delta.scan(ctx.uri, ctx.storage_options, parent))
-        merged, plans = apply_in_sequence([events for _, events, _ in todo], base)
-        changed = 0
-        for (b, events, blocked), plan in zip(todo, plans, strict=True):
-            conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail,
-                                raw=b.data.line_text(c.line), order_id=c.order_id) for c in plan.conflicts]
-            b.rejects = sorted([*b.decoded.rejects, *blocked, *conflicts], key=lambda r: r.line)
-            accepted = events.height - len(conflicts)
-            if accepted + len(b.rejects) != b.decoded.extracted:
-                raise ReconciliationError(b.batch_id, b.decoded.extracted, accepted, len(b.rejects))
-            b.report.accepted, b.report.quarantined = accepted, len(b.rejects)
-            b.report.reasons = count_reasons(b.rejects)
-            changed += plan.changed_keys
-        self.applied = [b for b, _, _ in todo]
-        batch_ids = [b.batch_id for b in self.applied]
-        details = {"run_id": self.run_id, "changed_keys": changed}
-        if not merged:
-            return Change(operation="release", batch_ids=batch_ids, details=details)
-        return replace_partitions(ctx, parent, merged, operation="release", batch_ids=batch_ids, details=details)
+def run_sources(inputs: list[str | os.PathLike[str] | bytes]) -> tuple[list[Source], list[tuple[int, int]]]:
+    """The run's sources: each input (a batch file, cut in parts past the part limit, or bytes) a batch of
+    its own; and for each source, which part of its input it is and of how many."""
+    sources: list[Source] = []
+    where: list[tuple[int, int]] = []
+    for number, item in enumerate(inputs):
+        if isinstance(item, bytes):
+            mine = [bytes_source(item, batch=number)]
+        else:
+            mine = file_sources(item, part_ranges(item) if os.path.isfile(item) else [(0, -1)], batch=number)
+        sources += mine
+        where += [(i, len(mine)) for i in range(1, len(mine) + 1)]
+    return sources, where
 
 
 @dataclass(slots=True, kw_only=True)
@@ -134,6 +99,7 @@ class RunCandidate:
     snapshot: StagedSnapshot
     batches: list[RunBatch]
     applied: list[RunBatch]
+    where: list[tuple[int, int]]  # of each batch: which part of its source it is, of how many (`run_sources`)
 
     @property
     def parent(self) -> int:
@@ -156,24 +122,37 @@ class RunCandidate:
                 "candidate": self.staged.evidence.candidate}
 
 
-def stage_run(lake: LakeContext, batches: list[RunBatch], *, run_id: str, table: str = DEFAULT_TABLE) -> RunCandidate:
-    """Upkeep, then stage ONE candidate of every batch on the latest version; write the quarantine."""
+def stage_run(lake: LakeContext, inputs: list[str | os.PathLike[str] | bytes], *, run_id: str,
+              table: str = DEFAULT_TABLE) -> RunCandidate:
+    """Receive every input (`run_sources`: decoded, kept raw and spilled one part at a time), upkeep, then
+    stage ONE candidate of every batch on the latest version (parts.py: each (day, bucket) file folded and
+    written once), and write the quarantine of every batch it applies."""
     ctx = lake.table(table)
-    before_work(ctx)
-    parent = ctx.latest_version()
-    assert parent is not None  # Lake.open created the table
-    plan = RunPlan(lake, batches, run_id=run_id)
-    staged = stage(ctx, plan, parent, publication=DEFERRED)
-    try:
-        for b in plan.applied:
-            lake.quarantine.write(b.batch_id, b.rejects, lake.erasures.subject_key, b.data)
-            crash_point("ingest.after_quarantine")
-        snapshot = staged_snapshot(ctx, staged)
-    except BaseException:
-        discard(ctx, staged)
-        raise
+    sources, where = run_sources(inputs)
+    with folded_sources(lake, sources, table=table, operation="release", details={"run_id": run_id}) as plan:
+        before_work(ctx)
+        parent = ctx.latest_version()
+        assert parent is not None  # Lake.open created the table
+        staged = stage(ctx, plan, parent, publication=DEFERRED)
+        try:
+            plan.before_commit(ctx, staged)  # every applied batch reconciled, its quarantine written
+            snapshot = staged_snapshot(ctx, staged)
+        except BaseException:
+            discard(ctx, staged)
+            raise
     crash_point("run.after_stage")
-    return RunCandidate(ctx=ctx, staged=staged, snapshot=snapshot, batches=batches, applied=plan.applied)
+    batches: list[RunBatch] = []
+    for part, row in zip(plan.parts, plan.rows(None), strict=True):
+        report = IngestReport(batch_id=part.batch_id, extracted=row["extracted"], accepted=row["accepted"],
+                              quarantined=row["quarantined"], reasons=plan.reasons(part),
+                              schema_versions=part.batch.decoded.schema_versions, version=None,
+                              duplicate=part.duplicate)
+        batches.append(b := RunBatch(data=part.batch, report=report))
+        if part.duplicate and not part.repeat:
+            _counts_from_ledger(lake, b)  # applied by a committed version: its counts are those of its ledger
+    applied = [b for b, p in zip(batches, plan.parts, strict=True) if not p.duplicate]
+    return RunCandidate(ctx=ctx, staged=staged, snapshot=snapshot, batches=batches, applied=applied,
+                        where=where)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

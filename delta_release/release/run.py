@@ -20,7 +20,6 @@ import polars as pl
 from .. import __version__
 from .. import progress as show
 from ..clock import Clock, iso
-from ..contract.parts import file_parts
 from ..errors import StaleParentError
 from ..gateway.catalog import Publication
 from ..ingest import applied_batches
@@ -28,7 +27,7 @@ from ..lake import Lake
 from ..stats import p95
 from ..status import LAST_RUN
 from ..tables import DEFAULT_TABLE
-from .candidate import RunCandidate, hold, receive, ship, stage_run
+from .candidate import RunCandidate, hold, ship, stage_run
 from .checks import AT_LEAST, AT_MOST, CHECK_RESULT_NAMES, THRESHOLD_CHECKS, CheckResult, RunContext, run_check
 from .config import load_release_config
 from .counts import run_counts, source_of
@@ -143,14 +142,11 @@ def _stage(cfg: Any, lk: Lake, tick: Progress) -> _Run:
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     out_dir = cfg.packet_dir / run_id
     previous = lk.published("orders")
-    received: list[tuple[Any, dict[str, Any]]] = []
     for source in cfg.sources:
         tick(f"receive {source.name}")
-        show.note(f"receive {source.name}")
-        parts = [receive(lk, part) for part in file_parts(source)]  # one per part past the part limit
-        received += [(b, source_of(b, i, len(parts))) for i, b in enumerate(parts, start=1)]
-    show.note("stage the candidate")
-    staged = stage_run(lk, [b for b, _ in received], run_id=run_id)
+    show.note("receive and stage the candidate")
+    staged = stage_run(lk, list(cfg.sources), run_id=run_id)  # sources past the part limit: in parts
+    received = [(b, source_of(b, i, n)) for b, (i, n) in zip(staged.batches, staged.where, strict=True)]
     counts = run_counts(received)  # the one source of the packet's counts, tables, charts and thresholds
     ctx = RunContext(config=cfg, lake=lk, scratch=out_dir / "scratch", candidate=staged.snapshot,
                      recorded={f.path: f.sha256 for f in staged.staged.evidence.files if f.sha256},
