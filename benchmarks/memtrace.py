@@ -58,12 +58,14 @@ def main(argv: list[str]) -> None:
     from ._common import create_lake
 
     trace = Trace()
-    parts_mod.read_batch_file = trace.wrap("decode", parts_mod.read_batch_file)
-    ing.plan_bucketed = trace.wrap("plan", ing.plan_bucketed)
+    for owner, name, label in ((parts_mod, "read_batch_file", "decode"), (ing, "plan_bucketed", "plan"),
+                               (parts_mod, "_spill", "decode+spill"), (parts_mod, "_reused_positions", "positions"),
+                               (parts_mod, "fold_group", "fold group"), (wr, "record_indexes", "index record")):
+        if hasattr(owner, name):  # a step this package version has
+            setattr(owner, name, trace.wrap(label, getattr(owner, name)))
     wr.stage_partitions = trace.wrap("stage", wr.stage_partitions)
     wr.gate_candidate = trace.wrap("gate", wr.gate_candidate)
     _delta.commit = trace.wrap("commit", _delta.commit)
-    wr.record_indexes = trace.wrap("index record", wr.record_indexes)
     lake = create_lake(Path(argv[1]))
     lake.raw.put_file = trace.wrap("raw copy", lake.raw.put_file)
     lake.ingest(Path(argv[0]))

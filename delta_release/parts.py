@@ -8,10 +8,16 @@ reconciled as a batch of its own (its quarantine ledger); only the decoded event
 at a time. Each part's events are spilled (`spill_directory`: the lake's `_tmp`, swept by the next
 writer if this one is killed) by group of buckets; ONE plan folds all parts' events of a group at a time
 with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
-group), so each (day, bucket) file is written once per ingest, in ONE stage, gate and strict commit
-(deferred) recording every part's batch id. The same-position check runs over the whole file (a group
-of positions at a time), so the counts, quarantine and table equal those of ingesting the whole file at
-once. A stale parent rebuilds the plan from the spill. The map of a source (`map_events`: its events by
+group), so each (day, bucket) file is written once per fold, in ONE stage, gate and strict commit
+(deferred) recording every part's batch id. A fold takes at most buckets x `max_group_bytes()`
+bytes of the file (256 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`; on `orders`, 8 buckets: 2 GiB),
+so a group holds about one default part's events and memory stays bounded; a larger file is folded in
+several folds, each its own deferred commit (each (day, bucket) file written once per fold), published
+once after the last. Within a fold the same-position check runs over all its parts (a group of positions
+at a time), so the counts, quarantine and table equal those of ingesting those parts at once; a position a
+later fold reuses with other content is judged as between batches (a conflict with the order's current row
+is quarantined).
+A stale parent rebuilds the plan from the spill. The map of a source (`map_events`: its events by
 group of buckets, its positions by group, its erased subjects' events held apart), the same-position
 check of a group (`reused_in`) and the fold of a group (`fold_group`) are functions of their own:
 `distributed/` runs them as Ray tasks (`--executor ray`), the driver holding the erased subjects' events.
@@ -59,7 +65,7 @@ from .commit.writer import Change, Plan, StagedCandidate, WriteResult, write
 from .context import LakeContext, TableContext
 from .contract import Reason, Reject
 from .contract.decode import CONTENT, count_reasons
-from .contract.parts import max_part_bytes, part_ranges
+from .contract.parts import max_group_bytes, max_part_bytes, part_ranges
 from .contract.source import BytesBatch, FileBatch, as_batch, read_batch_file
 from .errors import ReconciliationError, SafetyError
 from .faults import crash_point
@@ -89,8 +95,49 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     ranges = part_ranges(path, max_part_bytes(max_part)) if os.path.isfile(path) else [(0, -1)]
     if len(ranges) == 1:
         return ingest_batch(lake, read_batch_file(path), table=table, publish=publish)
-    runner = in_parts if in_parts is not None and lake.table(table).table.buckets else ingest_parts_once
-    return runner(lake, file_sources(path, ranges), table=table, publish=publish)
+    buckets = lake.table(table).table.buckets
+    runner = in_parts if in_parts is not None and buckets else ingest_parts_once
+    sources = file_sources(path, ranges)
+    folds = folds_of(sources, buckets * max_group_bytes()) if buckets else [sources]
+    if len(folds) == 1:
+        return runner(lake, sources, table=table, publish=publish)
+    reports = [runner(lake, fold, table=table, publish=False) for fold in folds]  # each fold: its own commit
+    rows = [row for r in reports for row in r.parts]
+    if publish:
+        publish_parts(lake, table, [row["batch_id"] for row in rows], [row["version"] for row in rows])
+    return _folds_report(reports)
+
+
+def folds_of(sources: list[Source], capacity: int) -> list[list[Source]]:
+    """Consecutive sources cut into folds of at most `capacity` bytes (at least one source each)."""
+    folds: list[list[Source]] = [[]]
+    held = 0
+    for source in sources:
+        if folds[-1] and held + source.size > capacity:
+            folds.append([])
+            held = 0
+        folds[-1].append(source)
+        held += source.size
+    return folds
+
+
+def _folds_report(reports: list[IngestReport]) -> IngestReport:
+    """A file folded in several folds (more parts than the table has buckets): the sums, each part's row
+    with its line in the whole file, the last commit's version."""
+    lines = 0
+    for r in reports:
+        for row in r.parts:
+            row["first_line"] += lines
+        lines += r.extracted
+    versions = [r.version for r in reports if r.version is not None]
+    return IngestReport(
+        batch_id=reports[0].batch_id, extracted=lines, accepted=sum(r.accepted for r in reports),
+        quarantined=sum(r.quarantined for r in reports), reasons=_summed([r.reasons for r in reports]),
+        schema_versions=sorted({v for r in reports for v in r.schema_versions}),
+        version=max(versions) if versions else None, duplicate=all(r.duplicate for r in reports),
+        attempts=sum(r.attempts for r in reports), stale_parents=[s for r in reports for s in r.stale_parents],
+        files=[f for r in reports for f in r.files], removed=[x for r in reports for x in r.removed],
+        parts=[row for r in reports for row in r.parts])
 
 
 def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,

@@ -28,7 +28,7 @@ from delta_release.apply.fold import reference_fold
 from delta_release.contract import decode_batch
 from delta_release.contract.decode import split_lines
 from delta_release.contract.lines import BOM, ENV_MAX_LINE
-from delta_release.contract.parts import ENV_MAX_PART, max_part_bytes, part_ranges
+from delta_release.contract.parts import ENV_MAX_GROUP, ENV_MAX_PART, max_part_bytes, part_ranges
 from delta_release.stage.buckets import bucket_of_path
 
 
@@ -723,3 +723,54 @@ def test_fold_in_order_equals_folding_batch_after_batch(seed: int) -> None:
     days = dict(zip(prior["order_id"].to_list(), prior["event_day"].to_list(), strict=True))
     assert {r["order_id"]: (r["had_prior"], r["prior_day"]) for r in got.rows.to_dicts()} == {
         k: (k in days, days.get(k)) for k in won}
+
+
+def _unique_history(seed: int, n: int) -> list[dict[str, Any]]:
+    """Upserts, moves and deletes, every position once (no same-position conflicts), shuffled."""
+    rnd = random.Random(seed)
+    events = [rm(f"ord-{rnd.randint(1, 60):03d}", pos, None) if rnd.random() < 0.15 else
+              up(f"ord-{rnd.randint(1, 60):03d}", pos, rnd.randint(0, 10_000), rnd.randint(1, 6), 3)
+              for pos in range(1, n + 1)]
+    rnd.shuffle(events)
+    return events
+
+
+def test_a_file_over_a_folds_capacity_is_folded_in_several_commits_and_published_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file larger than buckets x the group limit is folded in several folds (memory stays a group's):
+    each its own deferred commit recording its parts, ONE publication of the last, the table and counts of
+    the one-part ingest, each part's first_line its line in the whole file; a kill after the first fold's
+    commit publishes nothing and the rerun completes."""
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(_unique_history(3, 800)))
+    whole = dr.Lake.create(tmp_path / "whole")
+    one = whole.ingest(path)
+    env = {ENV_MAX_PART: "2048", ENV_MAX_GROUP: "1024"}  # 8 buckets x 1 KiB: a fold holds ~4 parts
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    folds = parts_mod.folds_of(parts_mod.file_sources(path, part_ranges(path, 2048)), 8 * 1024)
+    assert len(folds) >= 3
+    lake = dr.Lake.create(tmp_path / "lake")
+    report = lake.ingest(path)
+    assert rows(lake) == rows(whole)
+    assert (report.extracted, report.accepted, report.quarantined) == (one.extracted, one.accepted, one.quarantined)
+    commits = sorted({p["version"] for p in report.parts if p["version"] is not None})
+    assert len(commits) >= 3 and lake.latest_version("orders") == commits[-1] == report.version
+    assert lake.published("orders").version == report.version  # published once, the last fold's version
+    for v in commits:  # each fold's commit records exactly its parts
+        evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, v)
+        assert evidence is not None
+        assert evidence["batch_ids"] == [p["batch_id"] for p in report.parts if p["version"] == v]
+    for a, b in zip(report.parts, report.parts[1:], strict=False):
+        assert b["first_line"] == a["first_line"] + a["extracted"]
+
+    killed_dir = tmp_path / "killed"
+    dr.Lake.create(killed_dir)
+    killed = _cli(killed_dir, "ingest", str(path), env={**env, "DELTA_RELEASE_CRASH_AT": "ingest.after_commit"})
+    assert killed.returncode == -9, killed.stderr
+    lake = dr.Lake.open(killed_dir)
+    assert lake.latest_version("orders") == 1 and lake.published("orders").version == 0  # one fold, unpublished
+    rerun = _cli(killed_dir, "ingest", str(path), env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    lake = dr.Lake.open(killed_dir)
+    assert rows(lake) == rows(whole) and lake.published("orders").version == lake.latest_version("orders")

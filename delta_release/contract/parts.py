@@ -29,12 +29,21 @@ from .source import FileBatch, read_batch_file
 
 MAX_PART_BYTES = 256 << 20
 ENV_MAX_PART = "DELTA_RELEASE_MAX_PART_BYTES"
+MAX_GROUP_BYTES = 256 << 20
+ENV_MAX_GROUP = "DELTA_RELEASE_MAX_GROUP_BYTES"
 SCAN_BLOCK = 1 << 20
 
 
 def max_part_bytes(value: int | None = None) -> int:
     """The part limit in force: `value`, else $DELTA_RELEASE_MAX_PART_BYTES, else 256 MiB."""
     return byte_limit(value, ENV_MAX_PART, MAX_PART_BYTES, "the maximum part size")
+
+
+def max_group_bytes(value: int | None = None) -> int:
+    """The input bytes one group of buckets of a fold may hold: `value`, else $DELTA_RELEASE_MAX_GROUP_BYTES,
+    else 256 MiB. A fold of a file in parts takes at most buckets x this many bytes of the file (parts.py
+    `folds_of`), so a group's events, folded at once, are about one default part's."""
+    return byte_limit(value, ENV_MAX_GROUP, MAX_GROUP_BYTES, "the maximum group size")
 
 
 def _starts_with_bom(handle: BinaryIO, offset: int) -> bool:
