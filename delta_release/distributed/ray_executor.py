@@ -28,8 +28,10 @@ files are orphans, raw copies are kept, no batch id is applied); a rerun does it
 
 The lake must be storage every worker reaches (`s3://`, or a local path when every node of the cluster is
 this machine: anything else is refused), and the input file must be readable at the same path on every
-node (the map tasks read their ranges). `replay --all` and a release run fold in this process (`--executor`
-is an ingest's option).
+node (the map tasks read their ranges). `replay --all` runs the same tasks over the retained raw batches
+(`fold_on_ray`): a map task reads its batch from the raw store of its own opening of the lake, and the
+driver reads a rejected line's text from the raw store when the worker's copy was a scratch file (an
+object-store lake). A release run folds in this process.
 """
 
 from __future__ import annotations
