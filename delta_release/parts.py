@@ -44,7 +44,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,6 +99,15 @@ class Folder(Protocol):
 
     def __call__(self, lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
                  replay: bool) -> tuple[_PartsPlan, WriteResult]: ...
+
+
+class Planner(Protocol):
+    """What gives the ONE plan of many sources, for as long as the context lasts: `folded_sources` (this
+    process: the sources spilled locally), or an executor whose workers map them (distributed/)."""
+
+    def __call__(self, lake: LakeContext, sources: list[Source], *, table: str, replay: bool = False,
+                 operation: str | None = None, details: dict[str, Any] | None = None
+                 ) -> AbstractContextManager[_PartsPlan]: ...
 
 
 def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,

@@ -373,3 +373,61 @@ def test_replay_all_on_ray_on_an_s3_lake_equals_local(cluster: str, s3server: S3
             theirs.batch_id, theirs.accepted, theirs.quarantined, theirs.reasons)
         assert _ledger(lake, mine.batch_id) == _ledger(local, mine.batch_id)
     assert _rows(lake) == _rows(local)
+
+
+def _run_lakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Path]]:
+    """Two copies of one lake (same secret) with the release fixtures' base rows, and a run's two batch
+    files, the first cut into ~3 parts."""
+    from test_release_atomic import _base
+
+    _base(dr.Lake.create(tmp_path / "base"))
+    for name in ("local", "ray"):
+        shutil.copytree(tmp_path / "base", tmp_path / name)
+    big, small = tmp_path / "big.jsonl", tmp_path / "small.jsonl"
+    big.write_bytes(jsonl(_history(7, 200)) + b"not json\n")
+    small.write_bytes(jsonl([up("ord-base-1", 9003, amount=999, day=47), up("ord-new", 1, 5, day=3)]))
+    _part_limit(monkeypatch, big)
+    return tmp_path / "local", tmp_path / "ray", [big, small]
+
+
+def test_a_release_run_on_ray_ships_what_the_local_run_ships(cluster: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --executor ray`: the run's files folded and staged by Ray's tasks (no commit), checked, then
+    shipped by the run's own commit: the same table, counts and commit as the local run."""
+    from test_release_atomic import _config
+
+    from delta_release.release.run import run_release
+
+    local_root, ray_root, batches = _run_lakes(tmp_path, monkeypatch)
+    config = str(_config(tmp_path, batches, broken_v3=False))
+    want = run_release(config, lake=str(local_root))
+    runs = _counting_reduce_runs(monkeypatch)
+    got = run_release(config, lake=str(ray_root), executor="ray")
+    assert runs == [1] and got["decision"] == want["decision"] == "ship", got["failed_checks"]
+    local, lake = dr.Lake.open(local_root), dr.Lake.open(ray_root)
+    assert _rows(lake) == _rows(local)
+    counts = [json.loads(Path(out["packet"]).read_text())["counts"]["batches"] for out in (got, want)]
+    assert counts[0] == counts[1] and len(counts[0]) >= 3  # per batch: ids, counts, reasons
+    version = lake.latest_version("orders")
+    assert version == local.latest_version("orders") and lake.published("orders").version == version
+    evidence = [_delta.version_evidence(lk.table_uri("orders"), lk.options, version) for lk in (lake, local)]
+    assert evidence[0] is not None and evidence[1] is not None
+    for key in ("operation", "batch_ids", "changed_keys"):
+        assert evidence[0][key] == evidence[1][key]
+    assert evidence[0]["operation"] == "release"
+    assert _on_disk(lake) == _referenced(lake)  # no stray file
+
+
+def test_a_held_run_on_ray_leaves_no_trace(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HOLD of a run staged on Ray: the files the reduce tasks staged are deleted, no Delta log changes."""
+    from test_release_atomic import _config, _log_hashes
+
+    from delta_release.release.run import run_release
+
+    _, ray_root, batches = _run_lakes(tmp_path, monkeypatch)
+    before_logs, files_before = _log_hashes(ray_root), _on_disk(dr.Lake.open(ray_root))
+    runs = _counting_reduce_runs(monkeypatch)
+    held = run_release(str(_config(tmp_path, batches, broken_v3=True)), lake=str(ray_root), executor="ray")
+    assert runs == [1] and held["decision"] == "hold" and held["failed_checks"] == ["schema_fixture_v3"]
+    assert _log_hashes(ray_root) == before_logs
+    assert _on_disk(dr.Lake.open(ray_root)) == files_before  # the reducers' staged files: deleted

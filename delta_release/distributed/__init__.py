@@ -17,9 +17,9 @@ import os
 from ..context import LakeContext
 from ..errors import InputError
 from ..ingest import IngestReport
-from ..parts import Folder, ingest_file
+from ..parts import Folder, Planner, ingest_file
 from ..tables import DEFAULT_TABLE
-from .ray_executor import Opener, fold_on_ray, ingest_parts_on_ray
+from .ray_executor import Opener, fold_on_ray, folded_on_ray, ingest_parts_on_ray
 
 EXECUTORS = ("local", "ray")
 INSTALL_HINT = "pip install 'delta-release[distributed]'"
@@ -50,3 +50,11 @@ def folder_on(executor: str, opener: Opener) -> Folder | None:
     if check_executor(executor) == "local":
         return None
     return functools.partial(fold_on_ray, opener=opener)
+
+
+def planner_on(executor: str, opener: Opener) -> Planner | None:
+    """What gives a release run the plan of its sources (`release.candidate.stage_run`'s `planner`) for
+    `executor`: None for `local` (`parts.folded_sources`), the Ray map stage for `ray`."""
+    if check_executor(executor) == "local":
+        return None
+    return functools.partial(folded_on_ray, opener=opener)

@@ -41,7 +41,8 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,9 +240,10 @@ class _RayPartsPlan(_PartsPlan):
     the reduce tasks run again (on the new parent), from the map outputs still in the object store."""
 
     def __init__(self, lake: LakeContext, parts: list[_Part], *, groups: int, buckets: int, reused: pl.Series,
-                 ray: Any, refs: list[_MapRefs], opener: Opener, raws: list[str | None], replay: bool) -> None:
+                 ray: Any, refs: list[_MapRefs], opener: Opener, raws: list[str | None], replay: bool,
+                 operation: str | None, details: dict[str, Any] | None) -> None:
         super().__init__(lake, parts, "", groups=groups, buckets=buckets, reused=reused, replay=replay,
-                         operation="replay" if replay else "ingest")
+                         operation=operation or ("replay" if replay else "ingest"), details=details)
         self.ray, self.refs, self.opener, self.raws = ray, refs, opener, raws
         self.reducer = ray.remote(num_cpus=1, max_retries=RETRIES)(_reduce_task)
         self.reduce_runs = 0  # reduce stages run (one per attempt that had parts to apply)
@@ -301,6 +303,25 @@ def fold_on_ray(lake: LakeContext, sources: list[Source], *, table: str, publish
                 opener: Opener) -> tuple[_PartsPlan, WriteResult]:
     """`parts.fold_and_write` on Ray (module docstring): the sources mapped and their groups reduced by
     workers, the one commit made here; the plan and the writer's result, as the local fold returns them."""
+    plan = _mapped(lake, sources, table=table, opener=opener, replay=replay)
+    result = write_plan(lake, plan, table=table, publish=publish)
+    publish_plan(lake, plan, result, table=table, publish=publish)
+    return plan, result
+
+
+@contextmanager
+def folded_on_ray(lake: LakeContext, sources: list[Source], *, table: str, replay: bool = False,
+                  operation: str | None = None, details: dict[str, Any] | None = None,
+                  opener: Opener) -> Iterator[_PartsPlan]:
+    """`parts.folded_sources` on Ray: the sources mapped by workers and their ONE plan, whose groups Ray's
+    reduce tasks fold and stage when the plan is built (a release run's `stage`, which commits later: a
+    HOLD's `discard` deletes what the reducers staged)."""
+    yield _mapped(lake, sources, table=table, opener=opener, replay=replay, operation=operation, details=details)
+
+
+def _mapped(lake: LakeContext, sources: list[Source], *, table: str, opener: Opener, replay: bool = False,
+            operation: str | None = None, details: dict[str, Any] | None = None) -> _RayPartsPlan:
+    """The map stage on Ray and the plan over its outputs (the reduce stage runs when the plan is built)."""
     ray = connect(lake)
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
@@ -331,8 +352,5 @@ def fold_on_ray(lake: LakeContext, sources: list[Source], *, table: str, publish
                              for g in range(groups)])
     reused = pl.concat([pl.Series("line", [], dtype=pl.Int64), *found]).sort()
     crash_point("parts.after_spill")
-    plan = _RayPartsPlan(lake, parts, groups=groups, buckets=n, reused=reused, ray=ray, refs=refs, opener=opener,
-                         raws=[s.raw for s in sources], replay=replay)
-    result = write_plan(lake, plan, table=table, publish=publish)
-    publish_plan(lake, plan, result, table=table, publish=publish)
-    return plan, result
+    return _RayPartsPlan(lake, parts, groups=groups, buckets=n, reused=reused, ray=ray, refs=refs, opener=opener,
+                         raws=[s.raw for s in sources], replay=replay, operation=operation, details=details)
