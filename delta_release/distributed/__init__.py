@@ -1,6 +1,6 @@
-"""Executors: where the work of an ingest or a `replay --all` runs. `local` (this process, the default) or
-`ray` (a Ray cluster: workers map and reduce a file in parts, or the retained raw batches a replay folds,
-the driver alone gates and commits: `ray_executor.py`).
+"""Executors: where the work of an ingest, a `replay --all` or a release run's staging runs. `local` (this
+process, the default) or `ray` (a Ray cluster: workers map and reduce a file in parts, the retained raw
+batches a replay folds or a run's files, the driver alone gates and commits: `ray_executor.py`).
 
 Ray is an optional extra (`pip install 'delta-release[distributed]'`) and is imported only when the ray
 executor runs. A file the part limit does not cut (one part), or a table without buckets, gains nothing from

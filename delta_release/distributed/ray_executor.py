@@ -31,7 +31,8 @@ this machine: anything else is refused), and the input file must be readable at 
 node (the map tasks read their ranges). `replay --all` runs the same tasks over the retained raw batches
 (`fold_on_ray`): a map task reads its batch from the raw store of its own opening of the lake, and the
 driver reads a rejected line's text from the raw store when the worker's copy was a scratch file (an
-object-store lake). A release run folds in this process.
+object-store lake). A release run's staging runs the map stage and its plan (`folded_on_ray`) without the
+commit: the run's `stage` gates the reducers' files, its SHIP commits them, its HOLD deletes them.
 """
 
 from __future__ import annotations
