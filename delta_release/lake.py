@@ -22,7 +22,7 @@ from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
 from .contract.parts import max_part_bytes
-from .distributed import check_executor, ingest_file_on
+from .distributed import check_executor, folder_on, ingest_file_on
 from .distributed.catalog import WorkerCatalog
 from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
@@ -214,10 +214,15 @@ class Lake(LakeContext):
         return max_part_bytes()
 
     def replay(self, batch_id: str | None = None, *, all_batches: bool = False,
-               table: str = DEFAULT_TABLE) -> list[IngestReport]:
+               table: str = DEFAULT_TABLE, executor: str = "local") -> list[IngestReport]:
         """Re-apply retained raw batches (one by id, or all: folded into one commit, each batch applied as if
-        committed after the ones before); idempotent, and erased subjects stay out."""
-        return replay_batches(self, batch_id, all_batches=all_batches, table=table)
+        committed after the ones before); idempotent, and erased subjects stay out.
+
+        executor="ray" folds all the batches (on a bucketed table) on a Ray cluster as `ingest` does with a
+        file in parts: workers read the raw batches from the lake's raw store, decode, fold and stage; this
+        process gates and makes the one commit. Same table, commit and reports as "local"."""
+        folder = None if executor == "local" else folder_on(executor, self._reopener())  # (checks the name)
+        return replay_batches(self, batch_id, all_batches=all_batches, table=table, folder=folder)
 
     def scan(self, table: str = DEFAULT_TABLE, version: int | None = None, *,
              include_tombstones: bool = False) -> pl.LazyFrame:

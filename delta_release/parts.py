@@ -50,7 +50,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -140,14 +140,32 @@ def _folds_report(reports: list[IngestReport]) -> IngestReport:
         parts=[row for r in reports for row in r.parts])
 
 
+class Folder(Protocol):
+    """What folds many sources into one commit: `fold_and_write` (this process), or an executor that maps
+    and reduces on a cluster (distributed/); the plan (its parts and rejects) and the writer's result."""
+
+    def __call__(self, lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
+                 replay: bool) -> tuple[_PartsPlan, WriteResult]: ...
+
+
+class Planner(Protocol):
+    """What gives the ONE plan of many sources, for as long as the context lasts: `folded_sources` (this
+    process: the sources spilled locally), or an executor whose workers map them (distributed/)."""
+
+    def __call__(self, lake: LakeContext, sources: list[Source], *, table: str, replay: bool = False,
+                 operation: str | None = None, details: dict[str, Any] | None = None
+                 ) -> AbstractContextManager[_PartsPlan]: ...
+
+
 def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool,
-                   table: str = DEFAULT_TABLE) -> list[IngestReport]:
+                   table: str = DEFAULT_TABLE, folder: Folder | None = None) -> list[IngestReport]:
     """Re-apply one retained batch (any: the caller names it), or with all_batches every retained batch that
     is part of a committed version (`applied_batches`: a held release run's batches stay out), oldest
     received first, folded as the parts of a file are (`ingest_parts_once`): each batch applied as if
     committed after the ones before, each (day, bucket) file written once, in ONE strict commit recording
     every batch id, published at once. One report per batch (its counts, the commit's version); the
-    commit's `files` and `removed` are on the first report."""
+    commit's `files` and `removed` are on the first report. `folder` folds them on a bucketed table
+    (default `fold_and_write`, in this process; a table without buckets is folded here)."""
     if not all_batches:
         return [ingest_batch(lake, lake.raw.read(batch_id), replay=True, table=table)] if batch_id else []
     applied = applied_batches(lake, table)
@@ -156,7 +174,8 @@ def replay_batches(lake: LakeContext, batch_id: str | None, *, all_batches: bool
         return []
     if len(shas) == 1:
         return [ingest_batch(lake, lake.raw.read_sha(shas[0]), replay=True, table=table)]
-    plan, result = _fold_and_write(lake, raw_sources(lake, shas), table=table, publish=True, replay=True)
+    fold = folder if folder is not None and lake.table(table).table.buckets else fold_and_write
+    plan, result = fold(lake, raw_sources(shas), table=table, publish=True, replay=True)
     staged = result.staged
     reports = []
     for part, row in zip(plan.parts, plan.rows(result.version), strict=True):
@@ -206,12 +225,22 @@ class Source:
     source's events are decoded at a time. Sources with the same `batch` number are ONE batch for the
     same-position check (the parts of a file); batches apply in increasing number, each as if committed
     after the ones before (a release run's files, `replay --all`'s raw batches). `keep_raw`: store the
-    source's bytes in the raw store (a retained raw batch is there already)."""
+    source's bytes in the raw store (a retained raw batch is there already). A retained raw batch is named
+    by its sha256 (`raw`), not by a loader: read from the raw store of the lake that loads it (`read`), so
+    the source is picklable and a Ray worker reads it from its own opening of the lake."""
 
-    load: Callable[[str], FileBatch | BytesBatch]
+    load: Callable[[str], FileBatch | BytesBatch] | None = None
     batch: int = 0
     size: int = 0  # bytes, for the progress bar
     keep_raw: bool = True
+    raw: str | None = None  # sha256 of a retained raw batch (then no `load`)
+
+    def read(self, lake: LakeContext, spill: str) -> FileBatch | BytesBatch:
+        """The source's batch, hashed and decoded (`spill`: a local directory for a copy of a raw batch)."""
+        if self.raw is not None:
+            return _raw_batch(lake, self.raw, spill)
+        assert self.load is not None
+        return self.load(spill)
 
 
 def file_sources(path: str | os.PathLike[str], ranges: list[tuple[int, int]], *, batch: int = 0) -> list[Source]:
@@ -229,10 +258,9 @@ def bytes_source(data: bytes, *, batch: int = 0) -> Source:
     return Source(load=lambda _spill: as_batch(data), batch=batch, size=len(data))
 
 
-def raw_sources(lake: LakeContext, shas: list[str]) -> list[Source]:
+def raw_sources(shas: list[str]) -> list[Source]:
     """Retained raw batches (by sha256), each a batch of its own, in the order given (`replay --all`)."""
-    return [Source(load=functools.partial(_raw_batch, lake, sha), batch=i, keep_raw=False)
-            for i, sha in enumerate(shas)]
+    return [Source(raw=sha, batch=i, keep_raw=False) for i, sha in enumerate(shas)]
 
 
 def _raw_batch(lake: LakeContext, sha: str, spill: str) -> FileBatch:
@@ -303,7 +331,7 @@ def ingest_parts_once(lake: LakeContext, sources: list[Source], *, table: str, p
     directory), one source at a time; then ONE plan over all of them (a group of buckets at a time: every
     source's events of those buckets folded once with their parent files), ONE stage and gate, ONE strict
     commit recording every source's batch id (deferred, then one publication; a replay's is immediate)."""
-    plan, result = _fold_and_write(lake, sources, table=table, publish=publish, replay=replay)
+    plan, result = fold_and_write(lake, sources, table=table, publish=publish, replay=replay)
     return parts_report(plan, result)
 
 
@@ -323,7 +351,7 @@ def parts_report(plan: _PartsPlan, result: WriteResult) -> IngestReport:
         removed=[r.path for r in staged.removes] if version is not None else [], parts=rows)
 
 
-def _fold_and_write(lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
+def fold_and_write(lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
                     replay: bool) -> tuple[_PartsPlan, WriteResult]:
     with folded_sources(lake, sources, table=table, replay=replay) as plan:
         result = write_plan(lake, plan, table=table, publish=publish)
@@ -375,7 +403,7 @@ def _spill(lake: LakeContext, ctx: TableContext, sources: list[Source], spill: s
     parts: list[_Part] = []
     for number, source in enumerate(sources, start=1):
         progress.item(f"part {number}/{len(sources)}", source.size)  # the bar of the CLI's `progress.work`, if any
-        batch = source.load(spill)  # this source only: hashed and decoded
+        batch = source.read(lake, spill)  # this source only: hashed and decoded
         part = next_part(parts, batch, seq=source.batch, accepted=batch.decoded.events.height)
         with raw_kept(lake, batch, keep=source.keep_raw):
             if not part.repeat:

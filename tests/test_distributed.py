@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import ROOT, jsonl, up
 from s3server import S3Server, s3server  # noqa: F401 - the fixture
-from test_parts import _history
+from test_parts import _batches, _history, _ledger
 
 import delta_release as dr
 from delta_release import _delta, faults, parts
@@ -223,6 +223,86 @@ def test_a_killed_driver_leaves_nothing_visible_and_a_rerun_completes(cluster: s
     assert _rows(ray_lake) == _rows(local)
 
 
+def _rolled_back(tmp_path: Path) -> tuple[dr.Lake, dr.Lake]:
+    """Two copies of one lake (same secret) whose five batches were applied, a subject erased, then rolled
+    back to the first batch's version: `replay --all` has four batches' rows to bring back, one erased."""
+    base = dr.Lake.create(tmp_path / "base")
+    for batch in _batches(31):
+        base.ingest(batch)
+    base.erase("ord-007")
+    base.rollback(1, repair_forward=True)
+    shutil.copytree(tmp_path / "base", tmp_path / "local")
+    shutil.copytree(tmp_path / "base", tmp_path / "ray")
+    return dr.Lake.open(tmp_path / "local"), dr.Lake.open(tmp_path / "ray")
+
+
+def _same_replay(local: dr.Lake, want: list[dr.IngestReport], lake: dr.Lake, got: list[dr.IngestReport]) -> None:
+    """The replay on Ray made what the local one made: reports, rows, one commit with every batch id, the
+    quarantine ledgers, and no erased subject back."""
+    mine, theirs = [r.to_json() for r in got], [r.to_json() for r in want]
+    assert [_shape(r) for r in got] == [_shape(r) for r in want]
+    for m, t in zip(mine, theirs, strict=True):
+        for key in ("files", "removed"):
+            m.pop(key), t.pop(key)
+    assert mine == theirs and len(got) == 5  # per batch: counts, reasons, version, duplicate, attempts
+    assert _rows(lake) == _rows(local) and "ord-007" not in {r["order_id"] for r in _rows(lake)}
+    assert sum(r.reasons.get("erased_subject", 0) for r in got) > 0
+    version = lake.latest_version("orders")
+    assert version is not None and all(r.version == version for r in got)
+    assert lake.published("orders").version == version
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
+    assert evidence is not None and evidence["operation"] == "replay"
+    assert evidence["batch_ids"] == [r.batch_id for r in got]  # ONE commit recording every batch
+    for r in got:
+        assert r.accepted + r.quarantined == r.extracted
+        assert _ledger(lake, r.batch_id) == _ledger(local, r.batch_id)
+
+
+def _counting_reduce_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The reduce stages run on Ray (one per attempt): appended to, one 1 a stage."""
+    runs: list[int] = []
+    original = ray_executor._RayPartsPlan.build
+
+    def counted(self: ray_executor._RayPartsPlan, ctx: Any, parent: int) -> Any:
+        change = original(self, ctx, parent)
+        runs.extend([1] * (self.reduce_runs - len(runs)))
+        return change
+
+    monkeypatch.setattr(ray_executor._RayPartsPlan, "build", counted)
+    return runs
+
+
+def test_replay_all_on_ray_equals_local(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay --all` with the ray executor: workers read the retained raw batches from the lake's raw store
+    (a source names its sha256, not a loader holding the lake), fold and stage; the driver commits once."""
+    local, ray_lake = _rolled_back(tmp_path)
+    before = ray_lake.latest_version("orders")
+    want = local.replay(all_batches=True)
+    runs = _counting_reduce_runs(monkeypatch)
+    got = ray_lake.replay(all_batches=True, executor="ray")
+    assert runs == [1]  # folded by Ray's reduce tasks, not in this process
+    assert before is not None and ray_lake.latest_version("orders") == before + 1
+    _same_replay(local, want, ray_lake, got)
+    assert _on_disk(ray_lake) == _referenced(ray_lake)  # no stray file
+    again = ray_lake.replay(all_batches=True, executor="ray")  # nothing tombstoned comes back
+    assert all(r.version is None for r in again) and _rows(ray_lake) == _rows(local)
+
+
+def test_replay_all_on_ray_from_the_cli(cluster: str, tmp_path: Path) -> None:
+    """`delta-release replay --all --executor ray`, a driver process joined to the cluster: one commit."""
+    local, _ = _rolled_back(tmp_path)
+    want = local.replay(all_batches=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": cluster}
+    proc = subprocess.run([sys.executable, "-m", "delta_release", "--lake", str(tmp_path / "ray"), "--json",
+                           "replay", "--all", "--executor", "ray"], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    batches = json.loads(proc.stdout)["batches"]
+    assert [(b["batch_id"], b["accepted"], b["quarantined"], b["version"]) for b in batches] == [
+        (r.batch_id, r.accepted, r.quarantined, r.version) for r in want]
+    assert _rows(dr.Lake.open(tmp_path / "ray")) == _rows(local)
+
+
 def test_without_ray_the_executor_names_the_extra(tmp_path: Path) -> None:
     path = tmp_path / "b.jsonl"
     path.write_bytes(jsonl([up("a", 1)]))
@@ -269,3 +349,85 @@ def test_ray_on_an_s3_lake_equals_local(cluster: str, s3server: S3Server, tmp_pa
         want.extracted, want.accepted, want.quarantined, want.reasons)
     assert _rows(lake) == _rows(local)
     assert all(lake.raw.read(p["batch_id"]) for p in got.parts)  # each part's raw copy, kept by its map task
+
+
+@pytest.mark.integration
+def test_replay_all_on_ray_on_an_s3_lake_equals_local(cluster: str, s3server: S3Server, tmp_path: Path,  # noqa: F811
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an object-store lake the workers copy each raw batch from the raw store to their scratch; the
+    driver reads a rejected line's text from the raw store (it has no local file): the same ledgers."""
+    local = dr.Lake.create(tmp_path / "local")
+    lake = dr.Lake.create(f"s3://{s3server.new_bucket()}/lake", storage_options=s3server.options,
+                          catalog=SqliteCatalog(tmp_path / "catalog.sqlite"))
+    for lk in (local, lake):
+        for batch in _batches(32):
+            lk.ingest(batch)
+        lk.erase("ord-007")
+        lk.rollback(1, repair_forward=True)
+    want = local.replay(all_batches=True)
+    runs = _counting_reduce_runs(monkeypatch)
+    got = lake.replay(all_batches=True, executor="ray")
+    assert runs == [1] and sum(r.reasons.get("position_conflict", 0) for r in got) > 0  # lines the reduce rejected
+    for mine, theirs in zip(got, want, strict=True):
+        assert (mine.batch_id, mine.accepted, mine.quarantined, mine.reasons) == (
+            theirs.batch_id, theirs.accepted, theirs.quarantined, theirs.reasons)
+        assert _ledger(lake, mine.batch_id) == _ledger(local, mine.batch_id)
+    assert _rows(lake) == _rows(local)
+
+
+def _run_lakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Path]]:
+    """Two copies of one lake (same secret) with the release fixtures' base rows, and a run's two batch
+    files, the first cut into ~3 parts."""
+    from test_release_atomic import _base
+
+    _base(dr.Lake.create(tmp_path / "base"))
+    for name in ("local", "ray"):
+        shutil.copytree(tmp_path / "base", tmp_path / name)
+    big, small = tmp_path / "big.jsonl", tmp_path / "small.jsonl"
+    big.write_bytes(jsonl(_history(7, 200)) + b"not json\n")
+    small.write_bytes(jsonl([up("ord-base-1", 9003, amount=999, day=47), up("ord-new", 1, 5, day=3)]))
+    _part_limit(monkeypatch, big)
+    return tmp_path / "local", tmp_path / "ray", [big, small]
+
+
+def test_a_release_run_on_ray_ships_what_the_local_run_ships(cluster: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --executor ray`: the run's files folded and staged by Ray's tasks (no commit), checked, then
+    shipped by the run's own commit: the same table, counts and commit as the local run."""
+    from test_release_atomic import _config
+
+    from delta_release.release.run import run_release
+
+    local_root, ray_root, batches = _run_lakes(tmp_path, monkeypatch)
+    config = str(_config(tmp_path, batches, broken_v3=False))
+    want = run_release(config, lake=str(local_root))
+    runs = _counting_reduce_runs(monkeypatch)
+    got = run_release(config, lake=str(ray_root), executor="ray")
+    assert runs == [1] and got["decision"] == want["decision"] == "ship", got["failed_checks"]
+    local, lake = dr.Lake.open(local_root), dr.Lake.open(ray_root)
+    assert _rows(lake) == _rows(local)
+    counts = [json.loads(Path(out["packet"]).read_text())["counts"]["batches"] for out in (got, want)]
+    assert counts[0] == counts[1] and len(counts[0]) >= 3  # per batch: ids, counts, reasons
+    version = lake.latest_version("orders")
+    assert version == local.latest_version("orders") and lake.published("orders").version == version
+    evidence = [_delta.version_evidence(lk.table_uri("orders"), lk.options, version) for lk in (lake, local)]
+    assert evidence[0] is not None and evidence[1] is not None
+    for key in ("operation", "batch_ids", "changed_keys"):
+        assert evidence[0][key] == evidence[1][key]
+    assert evidence[0]["operation"] == "release"
+    assert _on_disk(lake) == _referenced(lake)  # no stray file
+
+
+def test_a_held_run_on_ray_leaves_no_trace(cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HOLD of a run staged on Ray: the files the reduce tasks staged are deleted, no Delta log changes."""
+    from test_release_atomic import _config, _log_hashes
+
+    from delta_release.release.run import run_release
+
+    _, ray_root, batches = _run_lakes(tmp_path, monkeypatch)
+    before_logs, files_before = _log_hashes(ray_root), _on_disk(dr.Lake.open(ray_root))
+    runs = _counting_reduce_runs(monkeypatch)
+    held = run_release(str(_config(tmp_path, batches, broken_v3=True)), lake=str(ray_root), executor="ray")
+    assert runs == [1] and held["decision"] == "hold" and held["failed_checks"] == ["schema_fixture_v3"]
+    assert _log_hashes(ray_root) == before_logs
+    assert _on_disk(dr.Lake.open(ray_root)) == files_before  # the reducers' staged files: deleted

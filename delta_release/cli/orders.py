@@ -51,14 +51,20 @@ def ingest(opts: Options, path: str, create: bool, executor: str) -> None:
 @click.command()
 @click.argument("batch_id", required=False)
 @click.option("--all", "all_batches", is_flag=True, help="Replay every retained raw batch.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where --all folds the batches: this process, or a Ray cluster ($RAY_ADDRESS, else a local "
+                   "one; needs delta-release[distributed]).")
 @command_options
-def replay(opts: Options, batch_id: str | None, all_batches: bool) -> None:
+def replay(opts: Options, batch_id: str | None, all_batches: bool, executor: str) -> None:
     """Re-apply retained raw batches (idempotent)."""
     if not batch_id and not all_batches:
         raise InputError("replay needs a BATCH_ID or --all")
     if batch_id and all_batches:
         raise InputError(f"replay takes a BATCH_ID or --all, not both (got {batch_id!r} and --all)")
-    reports = [r.to_json() for r in open_lake(opts).replay(batch_id, all_batches=all_batches)]
+    from ..lake import Lake
+
+    Lake.check_executor(executor)  # --executor ray without Ray installed: refused before the lake is opened
+    reports = [r.to_json() for r in open_lake(opts).replay(batch_id, all_batches=all_batches, executor=executor)]
     payload = reports[0] if batch_id and len(reports) == 1 else {"batches": reports}
     emit(opts, payload, "\n".join(_batch_text(r) for r in reports) or "no raw batches")
 

@@ -14,8 +14,11 @@ def _fmt(value: object) -> str:
 @click.command("run", epilog="--lake URI, when given, overrides the config's lake.uri (the packet records which"
                              " was used); without it the run uses lake.uri from the config.")
 @click.argument("config")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where the sources are decoded, folded and staged: this process, or a Ray cluster "
+                   "($RAY_ADDRESS, else a local one; needs delta-release[distributed]).")
 @command_options
-def run(opts: Options, config: str) -> None:
+def run(opts: Options, config: str, executor: str) -> None:
     """The YAML-configured release run: ingest, checks, drills, packet; ship or hold (exit 3).
 
     The whole config is checked before any work (exit 2 naming the file and the key). Progress shows on
@@ -24,7 +27,7 @@ def run(opts: Options, config: str) -> None:
     from .. import progress
     from ..release.run import run_release
 
-    result = run_release(config, lake=opts.lake if opts.lake_given else None)
+    result = run_release(config, lake=opts.lake if opts.lake_given else None, executor=executor)
     if result.get("lake_created"):  # always said, even when progress is off
         click.echo(f"note: created a new lake at {result['lake']} (lake.create: true in {config})", err=True)
     snap = result["snapshot"]

@@ -1,9 +1,11 @@
-"""Executors: where the work of an ingest runs. `local` (this process, the default) or `ray` (a Ray cluster:
-workers map and reduce a file in parts, the driver alone gates and commits: `ray_executor.py`).
+"""Executors: where the work of an ingest, a `replay --all` or a release run's staging runs. `local` (this
+process, the default) or `ray` (a Ray cluster: workers map and reduce a file in parts, the retained raw
+batches a replay folds or a run's files, the driver alone gates and commits: `ray_executor.py`).
 
 Ray is an optional extra (`pip install 'delta-release[distributed]'`) and is imported only when the ray
 executor runs. A file the part limit does not cut (one part), or a table without buckets, gains nothing from
-workers: it is ingested in this process as with `local`, without starting or joining a cluster.
+workers: it is ingested in this process as with `local`, without starting or joining a cluster; so is a
+replay of one batch (or of all, when one batch is retained or the table has no buckets).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import os
 from ..context import LakeContext
 from ..errors import InputError
 from ..ingest import IngestReport
-from ..parts import ingest_file
+from ..parts import Folder, Planner, ingest_file
 from ..tables import DEFAULT_TABLE
-from .ray_executor import Opener, ingest_parts_on_ray
+from .ray_executor import Opener, fold_on_ray, folded_on_ray, ingest_parts_on_ray
 
 EXECUTORS = ("local", "ray")
 INSTALL_HINT = "pip install 'delta-release[distributed]'"
@@ -40,3 +42,19 @@ def ingest_file_on(executor: str, lake: LakeContext, path: str | os.PathLike[str
         return ingest_file(lake, path, table=table, publish=publish)
     return ingest_file(lake, path, table=table, publish=publish,
                        in_parts=functools.partial(ingest_parts_on_ray, opener=opener))
+
+
+def folder_on(executor: str, opener: Opener) -> Folder | None:
+    """What folds many sources into one commit (`parts.replay_batches`' `folder`) for `executor`: None for
+    `local` (the fold in this process), the Ray fold for `ray`; `opener` as for `ingest_file_on`."""
+    if check_executor(executor) == "local":
+        return None
+    return functools.partial(fold_on_ray, opener=opener)
+
+
+def planner_on(executor: str, opener: Opener) -> Planner | None:
+    """What gives a release run the plan of its sources (`release.candidate.stage_run`'s `planner`) for
+    `executor`: None for `local` (`parts.folded_sources`), the Ray map stage for `ray`."""
+    if check_executor(executor) == "local":
+        return None
+    return functools.partial(folded_on_ray, opener=opener)

@@ -28,8 +28,11 @@ files are orphans, raw copies are kept, no batch id is applied); a rerun does it
 
 The lake must be storage every worker reaches (`s3://`, or a local path when every node of the cluster is
 this machine: anything else is refused), and the input file must be readable at the same path on every
-node (the map tasks read their ranges). `replay --all` and a release run fold in this process (`--executor`
-is an ingest's option).
+node (the map tasks read their ranges). `replay --all` runs the same tasks over the retained raw batches
+(`fold_on_ray`): a map task reads its batch from the raw store of its own opening of the lake, and the
+driver reads a rejected line's text from the raw store when the worker's copy was a scratch file (an
+object-store lake). A release run's staging runs the map stage and its plan (`folded_on_ray`) without the
+commit: the run's `stage` gates the reducers' files, its SHIP commits them, its HOLD deletes them.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +53,11 @@ import polars as pl
 
 from .. import _delta, progress
 from ..apply.fold import Columns
-from ..commit.writer import Change
+from ..commit.writer import Change, WriteResult
 from ..context import LakeContext, TableContext
 from ..contract import Reject
 from ..contract.decode import DecodedBatch
-from ..contract.source import FileBatch
+from ..contract.source import BytesBatch, FileBatch
 from ..errors import DeltaReleaseError, InputError
 from ..faults import crash_point, exit_once, exit_once_spec
 from ..ingest import IngestReport
@@ -143,10 +147,10 @@ def _map_task(opener: Opener, table: str, source: Source, groups: int) -> tuple[
     lake = opener()
     ctx = lake.table(table)
     with tempfile.TemporaryDirectory(prefix="delta-release-map-") as scratch:
-        batch = source.load(scratch)  # sha256 and strict decode of the range
+        batch = source.read(lake, scratch)  # sha256 and strict decode of the range (or raw batch)
     if not isinstance(batch, FileBatch):
-        raise InputError("the ray executor maps parts of a file (byte ranges); this source is not one",
-                         argument="executor")
+        raise InputError("the ray executor maps parts of a file (byte ranges) or retained raw batches; this "
+                         "source is neither", argument="executor")
     with raw_kept(lake, batch, keep=source.keep_raw):
         mapped = map_events(lake, ctx, batch.decoded.events, groups, seq=source.batch)  # part lines
     decoded = batch.decoded
@@ -237,9 +241,11 @@ class _RayPartsPlan(_PartsPlan):
     the reduce tasks run again (on the new parent), from the map outputs still in the object store."""
 
     def __init__(self, lake: LakeContext, parts: list[_Part], *, groups: int, buckets: int, reused: pl.Series,
-                 ray: Any, refs: list[_MapRefs], opener: Opener) -> None:
-        super().__init__(lake, parts, "", groups=groups, buckets=buckets, reused=reused)
-        self.ray, self.refs, self.opener = ray, refs, opener
+                 ray: Any, refs: list[_MapRefs], opener: Opener, raws: list[str | None], replay: bool,
+                 operation: str | None, details: dict[str, Any] | None) -> None:
+        super().__init__(lake, parts, "", groups=groups, buckets=buckets, reused=reused, replay=replay,
+                         operation=operation or ("replay" if replay else "ingest"), details=details)
+        self.ray, self.refs, self.opener, self.raws = ray, refs, opener, raws
         self.reducer = ray.remote(num_cpus=1, max_retries=RETRIES)(_reduce_task)
         self.reduce_runs = 0  # reduce stages run (one per attempt that had parts to apply)
 
@@ -276,16 +282,47 @@ class _RayPartsPlan(_PartsPlan):
         return change
 
     def _fetch_spans(self, numbers: set[int]) -> None:
-        """The line spans of the parts the reduce rejected lines of (their ledger rows name them)."""
+        """The line spans of the parts the reduce rejected lines of (their ledger rows name them), and the
+        text of a retained raw batch a worker read from its own copy (an object-store lake): read here from
+        the raw store, as a local replay reads it."""
         for number in sorted(numbers):
-            decoded = self.parts[number - 1].batch.decoded
+            part, sha = self.parts[number - 1], self.raws[number - 1]
+            decoded = part.batch.decoded
             if decoded.offsets.size < decoded.extracted:
                 decoded.offsets, decoded.lengths = self.ray.get(self.refs[number - 1].spans)
+            if sha is not None and isinstance(part.batch, FileBatch) and not part.batch.path.is_file():
+                part.batch = BytesBatch(data=self.lake.raw.read_sha(sha), decoded=decoded)
 
 
 def ingest_parts_on_ray(lake: LakeContext, sources: list[Source], *, table: str, publish: bool,
                         opener: Opener) -> IngestReport:
     """`parts.ingest_parts_once` on Ray (module docstring): the same parts, plan, commit and report."""
+    return parts_report(*fold_on_ray(lake, sources, table=table, publish=publish, replay=False, opener=opener))
+
+
+def fold_on_ray(lake: LakeContext, sources: list[Source], *, table: str, publish: bool, replay: bool,
+                opener: Opener) -> tuple[_PartsPlan, WriteResult]:
+    """`parts.fold_and_write` on Ray (module docstring): the sources mapped and their groups reduced by
+    workers, the one commit made here; the plan and the writer's result, as the local fold returns them."""
+    plan = _mapped(lake, sources, table=table, opener=opener, replay=replay)
+    result = write_plan(lake, plan, table=table, publish=publish)
+    publish_plan(lake, plan, result, table=table, publish=publish)
+    return plan, result
+
+
+@contextmanager
+def folded_on_ray(lake: LakeContext, sources: list[Source], *, table: str, replay: bool = False,
+                  operation: str | None = None, details: dict[str, Any] | None = None,
+                  opener: Opener) -> Iterator[_PartsPlan]:
+    """`parts.folded_sources` on Ray: the sources mapped by workers and their ONE plan, whose groups Ray's
+    reduce tasks fold and stage when the plan is built (a release run's `stage`, which commits later: a
+    HOLD's `discard` deletes what the reducers staged)."""
+    yield _mapped(lake, sources, table=table, opener=opener, replay=replay, operation=operation, details=details)
+
+
+def _mapped(lake: LakeContext, sources: list[Source], *, table: str, opener: Opener, replay: bool = False,
+            operation: str | None = None, details: dict[str, Any] | None = None) -> _RayPartsPlan:
+    """The map stage on Ray and the plan over its outputs (the reduce stage runs when the plan is built)."""
     ray = connect(lake)
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
@@ -316,7 +353,5 @@ def ingest_parts_on_ray(lake: LakeContext, sources: list[Source], *, table: str,
                              for g in range(groups)])
     reused = pl.concat([pl.Series("line", [], dtype=pl.Int64), *found]).sort()
     crash_point("parts.after_spill")
-    plan = _RayPartsPlan(lake, parts, groups=groups, buckets=n, reused=reused, ray=ray, refs=refs, opener=opener)
-    result = write_plan(lake, plan, table=table, publish=publish)
-    publish_plan(lake, plan, result, table=table, publish=publish)
-    return parts_report(plan, result)
+    return _RayPartsPlan(lake, parts, groups=groups, buckets=n, reused=reused, ray=ray, refs=refs, opener=opener,
+                         raws=[s.raw for s in sources], replay=replay, operation=operation, details=details)

@@ -46,7 +46,7 @@ from ..evidence import DEFERRED
 from ..faults import crash_point
 from ..ingest import IngestReport
 from ..maintenance.upkeep import before_work
-from ..parts import Source, bytes_source, file_sources, folded_sources
+from ..parts import Planner, Source, bytes_source, file_sources, folded_sources
 from ..tables import DEFAULT_TABLE
 
 
@@ -123,13 +123,17 @@ class RunCandidate:
 
 
 def stage_run(lake: LakeContext, inputs: list[str | os.PathLike[str] | bytes], *, run_id: str,
-              table: str = DEFAULT_TABLE) -> RunCandidate:
+              table: str = DEFAULT_TABLE, planner: Planner | None = None) -> RunCandidate:
     """Receive every input (`run_sources`: decoded, kept raw and spilled one part at a time), upkeep, then
     stage ONE candidate of every batch on the latest version (parts.py: each (day, bucket) file folded and
-    written once), and write the quarantine of every batch it applies."""
+    written once), and write the quarantine of every batch it applies. `planner` gives the plan when every
+    input is a file and the table has buckets (the Ray executor: workers decode, fold and stage; default
+    `folded_sources`, in this process)."""
     ctx = lake.table(table)
     sources, where = run_sources(inputs)
-    with folded_sources(lake, sources, table=table, operation="release", details={"run_id": run_id}) as plan:
+    spread = ctx.table.buckets and not any(isinstance(i, bytes) for i in inputs)
+    plans = planner if planner is not None and spread else folded_sources
+    with plans(lake, sources, table=table, operation="release", details={"run_id": run_id}) as plan:
         before_work(ctx)
         parent = ctx.latest_version()
         assert parent is not None  # Lake.open created the table

@@ -20,6 +20,7 @@ import polars as pl
 from .. import __version__
 from .. import progress as show
 from ..clock import Clock, iso
+from ..distributed import check_executor, planner_on
 from ..errors import StaleParentError
 from ..gateway.catalog import Publication
 from ..ingest import applied_batches
@@ -74,13 +75,16 @@ def planning_times(lake: Lake, days: tuple[int, int], runs: int = 20) -> dict[st
 
 
 def run_release(config_path: str, *, lake: str | None = None, clock: Clock | None = None,
-                progress: Progress = _quiet) -> dict[str, Any]:
+                progress: Progress = _quiet, executor: str = "local") -> dict[str, Any]:
     """The release run. `lake` (the CLI's `run --lake`) overrides the config's `lake.uri`. The whole
-    config is validated before any work: a bad one raises ConfigError and creates nothing."""
+    config is validated before any work: a bad one raises ConfigError and creates nothing. `executor`
+    ("ray": the CLI's `run --executor ray`) stages the sources on a Ray cluster (`stage_run`'s planner);
+    the checks, SHIP and HOLD are the same."""
+    check_executor(executor)  # an unknown name, or ray without Ray: refused before any work
     cfg = load_release_config(config_path, lake_override=lake)
     total = sum(source.stat().st_size for source in cfg.sources if source.is_file())
     with show.work("release run", total, phases=show.RUN_PHASES):  # bytes of the sources, phase and ETA
-        return _run_release(cfg, clock=clock, progress=progress)
+        return _run_release(cfg, clock=clock, progress=progress, executor=executor)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -115,7 +119,7 @@ class _Run:
         return self.out_dir / "scratch"
 
 
-def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[str, Any]:
+def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress, executor: str) -> dict[str, Any]:
     show.note("open the lake")
     lk = open_run_lake(cfg, clock)
     if lk.created:
@@ -128,14 +132,14 @@ def _run_release(cfg: Any, *, clock: Clock | None, progress: Progress) -> dict[s
         step += 1
         progress(f"[{step}/{steps}] {what}")
 
-    run = _stage(cfg, lk, tick)
+    run = _stage(cfg, lk, tick, executor)
     _check(run, tick, progress)
     _decide(run, tick)
     packet = build_packet(run)
     return write_outputs(run, packet, tick)
 
 
-def _stage(cfg: Any, lk: Lake, tick: Progress) -> _Run:
+def _stage(cfg: Any, lk: Lake, tick: Progress, executor: str) -> _Run:
     """Receive every source (in parts past the part limit) and stage ONE candidate of them on the latest
     version; the checks' context reads that staged candidate."""
     now = lk.clock.now()
@@ -145,7 +149,8 @@ def _stage(cfg: Any, lk: Lake, tick: Progress) -> _Run:
     for source in cfg.sources:
         tick(f"receive {source.name}")
     show.note("receive and stage the candidate")
-    staged = stage_run(lk, list(cfg.sources), run_id=run_id)  # sources past the part limit: in parts
+    planner = None if executor == "local" else planner_on(executor, lk._reopener())
+    staged = stage_run(lk, list(cfg.sources), run_id=run_id, planner=planner)  # past the part limit: in parts
     received = [(b, source_of(b, i, n)) for b, (i, n) in zip(staged.batches, staged.where, strict=True)]
     counts = run_counts(received)  # the one source of the packet's counts, tables, charts and thresholds
     ctx = RunContext(config=cfg, lake=lk, scratch=out_dir / "scratch", candidate=staged.snapshot,
