@@ -10,8 +10,8 @@ writer if this one is killed) by group of buckets; ONE plan folds all parts' eve
 with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
 group), so each (day, bucket) file is written once per fold, in ONE stage, gate and strict commit
 (deferred) recording every part's batch id. A fold takes at most buckets x `max_group_bytes()`
-bytes of the file (256 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`; on `orders`, 8 buckets: 2 GiB),
-so a group holds about one default part's events and memory stays bounded; a larger file is folded in
+bytes of the file (128 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`; on `orders`, 8 buckets: 1 GiB),
+planned in groups of at most that much input (`group_count`), so memory stays bounded; a larger file is folded in
 several folds, each its own deferred commit (each (day, bucket) file written once per fold), published
 once after the last. Within a fold the same-position check runs over all its parts (a group of positions
 at a time), so the counts, quarantine and table equal those of ingesting those parts at once; a position a
@@ -106,6 +106,14 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     if publish:
         publish_parts(lake, table, [row["batch_id"] for row in rows], [row["version"] for row in rows])
     return _folds_report(reports)
+
+
+def group_count(sources: list[Source], buckets: int) -> int:
+    """How many groups of buckets a fold of `sources` is planned in: one per source (a part's events a
+    group), and at least enough that a group holds at most `max_group_bytes()` of input; never more than
+    the buckets (a group is at least one bucket)."""
+    total = sum(s.size for s in sources)
+    return max(1, min(buckets, max(len(sources), -(-total // max_group_bytes()))))
 
 
 def folds_of(sources: list[Source], capacity: int) -> list[list[Source]]:
@@ -389,7 +397,7 @@ def folded_sources(lake: LakeContext, sources: list[Source], *, table: str, repl
     run, which commits later); the spill directory lives as long as the context."""
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
-    groups = max(1, min(len(sources), n))
+    groups = group_count(sources, n)
     with spill_directory(lake) as spill:
         parts = _spill(lake, ctx, sources, spill, groups)
         reused = _reused_positions(spill, parts, groups)

@@ -67,6 +67,7 @@ from ..parts import (
     _PartsPlan,
     changed_keys,
     fold_group,
+    group_count,
     in_order,
     map_events,
     next_part,
@@ -327,7 +328,7 @@ def _mapped(lake: LakeContext, sources: list[Source], *, table: str, opener: Ope
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    groups = min(n, max(len(sources), cpus))
+    groups = max(group_count(sources, n), min(n, cpus))
     mapper = ray.remote(num_cpus=1, num_returns=2 + 2 * groups, max_retries=RETRIES)(_map_task)
     outs = [mapper.remote(opener, table, source, groups) for source in sources]
     waiting = {out[0]: number for number, out in enumerate(outs, start=1)}
