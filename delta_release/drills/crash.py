@@ -9,7 +9,7 @@ ingest.after_gate, commit.during, ingest.after_commit, publish.before_swap, inge
 every writer that commits; each command adds its own (`crash_point(` / `crash_window(` in the package);
 `storage.after_temp:<dir>` points kill a write between its temp file (in `_tmp/`) and its rename into
 `<dir>`. A point listed here that the code does not declare (another branch adds it) is reported as
-`skipped`, never as passed; `declared_points()` reads the package source, and tests/test_crash.py checks
+`skipped`, never as passed; `declared_points()` reads the package source, and tests/drills/test_crash.py checks
 that every point the code declares is in this table.
 
 Every scenario starts from one base lake per writer (copied per point): a base batch, then an erasure of
