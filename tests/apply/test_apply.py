@@ -12,21 +12,10 @@ from hypothesis import strategies as st
 
 import delta_release as dr
 from delta_release import _delta
-from delta_release.apply import reference_fold
 from delta_release.contract import decode_batch
 from delta_release.ingest import commit_candidate, prepare_candidate
+from tests.apply.conftest import current, oracle
 from tests.conftest import examples, jsonl, rm, up
-
-
-def current(lake: dr.Lake) -> dict[str, tuple[int, str, int, int]]:
-    return {r["order_id"]: (r["amount_cents"], r["currency"], r["event_day"], r["position"])
-            for r in lake.read().to_dicts()}
-
-
-def oracle(events: list[dict]) -> dict[str, tuple[int, str, int, int]]:  # type: ignore[type-arg]
-    norm = [{**e, "currency": e.get("currency", "INR")} for e in events]
-    return {k: (v["amount_cents"], v["currency"], v["event_day"], v["position"])
-            for k, v in reference_fold(norm).items()}
 
 
 @st.composite

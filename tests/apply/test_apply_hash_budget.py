@@ -74,9 +74,9 @@ def test_a_large_batch_over_untagged_and_tagged_files_splits_and_folds(tmp_path:
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The one-scan read of a large batch's days (apply/bucketed.py `_Kept`) hashes the rows of untagged
     (legacy) files to split them, takes tagged files' buckets from their names, and folds like a small batch."""
-    from tests.apply.test_buckets import _legacy_defs, assert_tags_hold
+    from tests.apply.conftest import assert_tags_hold, legacy_defs
 
-    legacy = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))
+    legacy = dr.Lake.create(tmp_path / "lake", tables_dir=legacy_defs(tmp_path))
     first = [up(f"o{i}", 1 + i, amount=i, day=47 + i % 2) for i in range(700)]
     legacy.ingest(jsonl(first))
     lake = dr.Lake.open(tmp_path / "lake")  # now bucketed: day 48 gets tagged files, day 47 stays legacy

@@ -6,59 +6,25 @@ the lake which bucket a key has rather than hard-coding one."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import delta_release as dr
-from delta_release import _delta
 from delta_release.apply import reference_fold
 from delta_release.stage.buckets import bucket_of_keys, bucket_of_path, tag
-from delta_release.tables import DEFAULT_TABLES_DIR
+from tests.apply.conftest import assert_tags_hold, keys_of, legacy_defs, orders_files
 from tests.conftest import examples, jsonl, rm, up
-
-
-def _entries(lake: dr.Lake) -> list[_delta.FileEntry]:
-    return _delta.file_entries(lake.table_uri("orders"), {}, lake.latest_version("orders") or 0)
 
 
 def _bucket(lake: dr.Lake, key: str) -> int:
     n = lake.table_def("orders").buckets
     assert n
     return bucket_of_keys([key], n, lake.erasures.subject_key)[0]
-
-
-def _keys_of(lake: dr.Lake, path: str) -> list[str]:
-    return pq.read_table(lake.storage.local_path("orders") / path, columns=["order_id"])["order_id"].to_pylist()
-
-
-def assert_tags_hold(lake: dr.Lake) -> int:
-    """Every tagged file holds only keys of its bucket; returns how many files are untagged."""
-    n = lake.table_def("orders").buckets
-    untagged = 0
-    for e in _entries(lake):
-        b = bucket_of_path(e.path, n)
-        if b is None:
-            untagged += 1
-            continue
-        assert set(bucket_of_keys(_keys_of(lake, e.path), n or 1, lake.erasures.subject_key)) <= {b}, e.path
-    return untagged
-
-
-def _legacy_defs(tmp_path: Path) -> Path:
-    """The table definitions as they were before buckets (no `buckets:` key)."""
-    out = tmp_path / "legacy_defs"
-    shutil.copytree(DEFAULT_TABLES_DIR, out)
-    orders = out / "orders.yaml"
-    orders.write_text("".join(line for line in orders.read_text().splitlines(keepends=True)
-                              if not line.startswith("buckets:")))
-    return out
 
 
 def test_orders_has_buckets_and_files_carry_the_tag_in_name_and_evidence(lake: dr.Lake) -> None:
@@ -71,7 +37,7 @@ def test_orders_has_buckets_and_files_carry_the_tag_in_name_and_evidence(lake: d
         assert b is not None and f["bucket"] == tag(b, n)
     assert assert_tags_hold(lake) == 0
     for f in report.files:  # each file's rows sorted by key (the events came in another order)
-        keys = _keys_of(lake, f["path"])
+        keys = keys_of(lake, f["path"])
         assert keys == sorted(keys) and len(keys) > 1
     # The Delta schema is unchanged: no bucket column for readers.
     assert set(lake.read().columns) == {"order_id", "position", "amount_cents", "currency", "event_day"}
@@ -80,7 +46,7 @@ def test_orders_has_buckets_and_files_carry_the_tag_in_name_and_evidence(lake: d
 def test_a_commit_removes_only_the_touched_day_bucket_files(lake: dr.Lake) -> None:
     lake.ingest(jsonl([up(f"o{i:03d}", i, day=d) for i in range(200) for d in (47, 48) if i % 2 == d % 2]
                       + [up(f"p{i:03d}", 1000 + i, day=48) for i in range(100)]))
-    before = {e.path for e in _entries(lake)}
+    before = {e.path for e in orders_files(lake)}
     assert len(before) == 16
     target = "o011"  # odd: lives in day 47
     report = lake.ingest(jsonl([up(target, 5000, amount=7, day=47)]))
@@ -88,7 +54,7 @@ def test_a_commit_removes_only_the_touched_day_bucket_files(lake: dr.Lake) -> No
     assert len(report.removed) == 1
     assert report.removed[0].startswith("event_day=47/") and bucket_of_path(report.removed[0], n) == b
     assert [bucket_of_path(f["path"], n) for f in report.files] == [b]
-    after = {e.path for e in _entries(lake)}
+    after = {e.path for e in orders_files(lake)}
     assert before - after == set(report.removed)  # every other file is untouched
     rows = lake.read().filter(pl.col("order_id") == target)
     assert rows["amount_cents"].to_list() == [7]
@@ -111,11 +77,11 @@ def test_a_move_rewrites_the_old_and_new_day_bucket_only(lake: dr.Lake) -> None:
 
 
 def test_a_legacy_untagged_file_is_split_on_first_touch(tmp_path: Path) -> None:
-    legacy = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))
+    legacy = dr.Lake.create(tmp_path / "lake", tables_dir=legacy_defs(tmp_path))
     assert legacy.table_def("orders").buckets is None
     legacy.ingest(jsonl([up(f"o{i:03d}", i, day=47) for i in range(100)]
                         + [up(f"p{i:03d}", 200 + i, day=48) for i in range(100)]))
-    old = _entries(legacy)
+    old = orders_files(legacy)
     assert len(old) == 2 and all(bucket_of_path(e.path, 8) is None for e in old)
 
     lake = dr.Lake.open(tmp_path / "lake")  # the same lake, now with buckets
@@ -140,8 +106,8 @@ def test_erasure_leaves_no_file_holding_the_id(lake: dr.Lake) -> None:
     lake.ingest(jsonl([up("o007", 500, day=48)]))  # the subject moved: its old bucket file was rewritten
     report = lake.erase("o007")
     assert report.rows_removed == 1
-    for e in _entries(lake):
-        assert "o007" not in _keys_of(lake, e.path)
+    for e in orders_files(lake):
+        assert "o007" not in keys_of(lake, e.path)
     assert assert_tags_hold(lake) == 0
     assert lake.read().height == 119
     # a later batch touching the subject's old bucket still works on the erased lake
@@ -175,7 +141,7 @@ def _legacy_then_bucketed(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int]:
 def test_legacy_then_bucketed_batches_give_the_reference_fold(tmp_path: Path, case: Any) -> None:
     events, cut = case
     root = tmp_path / f"lake-{abs(hash(json.dumps(case)))}"
-    legacy = dr.Lake.create(root, tables_dir=_legacy_defs(tmp_path / root.name))
+    legacy = dr.Lake.create(root, tables_dir=legacy_defs(tmp_path / root.name))
     if events[:cut]:
         legacy.ingest(jsonl(events[:cut]))
     lake = dr.Lake.open(root)
@@ -189,7 +155,7 @@ def test_legacy_then_bucketed_batches_give_the_reference_fold(tmp_path: Path, ca
 
 
 def test_bucket_count_must_be_a_positive_integer(tmp_path: Path) -> None:
-    defs = _legacy_defs(tmp_path)
+    defs = legacy_defs(tmp_path)
     (defs / "orders.yaml").write_text((defs / "orders.yaml").read_text() + "buckets: 0\n")
     with pytest.raises(dr.ConfigError, match="buckets must be an integer"):
         dr.Lake.create(tmp_path / "lake", tables_dir=defs)

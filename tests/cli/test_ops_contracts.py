@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,9 +15,8 @@ from click.testing import CliRunner
 import delta_release as dr
 from delta_release.cli.main import cli
 from delta_release.errors import ErasureExposureError, InputError
+from tests.cli.conftest import ENV, pty_run
 from tests.conftest import ORDERS, ROOT, jsonl, up
-
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def test_api_validates_argument_types(lake: dr.Lake) -> None:
@@ -80,38 +77,11 @@ def test_emit_drill_adds_the_keys_crash_lacked(capsys: pytest.CaptureFixture[str
     assert out["drill"] == "crash" and out["lake"] == os.path.abspath("rel") and out["points"] == [1]
 
 
-def _pty_run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
-    """Run the CLI with stderr on a pseudo-terminal (stdout a pipe): (stdout, what the terminal saw)."""
-    master, slave = pty.openpty()
-    # stdout to a file, not a pipe: a report larger than the pipe buffer (bucketed files, issue 14.2) would
-    # block the child while this loop waits for the terminal's EOF.
-    sink = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "delta_release", *args], cwd=cwd,
-                            env={**ENV, "COLUMNS": "120", **(env or {})},
-                            stdout=sink, stderr=slave, stdin=subprocess.DEVNULL)
-    os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    proc.wait(timeout=120)
-    sink.seek(0)
-    out = sink.read().decode()
-    sink.close()
-    os.close(master)
-    return out, seen.decode(errors="replace")
-
-
 def test_progress_on_a_terminal_only(tmp_path: Path) -> None:
     batch = str(ORDERS / "history.jsonl")
-    out, tty = _pty_run(["--lake", "l1", "ingest", "--create", batch], tmp_path)
+    out, tty = pty_run(["--lake", "l1", "ingest", "--create", batch], tmp_path)
     assert "ingest history.jsonl" in tty and "extracted 1209" in out  # progress on the terminal
-    out, tty = _pty_run(["--lake", "l2", "--json", "ingest", "--create", batch], tmp_path)
+    out, tty = pty_run(["--lake", "l2", "--json", "ingest", "--create", batch], tmp_path)
     quiet = [line for line in tty.splitlines() if line.strip() and not line.startswith("note: created a new lake")]
     assert quiet == [] and json.loads(out)["extracted"] == 1209  # --json: no progress (the creation note stays)
     piped = subprocess.run([sys.executable, "-m", "delta_release", "--lake", "l3", "ingest", "--create", batch],

@@ -15,9 +15,9 @@ import delta_release as dr
 from delta_release import progress
 from delta_release.cli.main import cli
 from delta_release.contract.parts import ENV_MAX_PART
-from tests.cli.test_ops_contracts import _pty_run
+from tests.cli.conftest import pty_run
 from tests.conftest import ORDERS, jsonl, up
-from tests.release.test_ops_config import write_config
+from tests.release.conftest import write_config
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -72,7 +72,7 @@ def test_ingest_in_parts_shows_bytes_parts_phases_and_an_eta(tmp_path: Path) -> 
     batch = tmp_path / "big.jsonl"
     batch.write_bytes(jsonl([up(f"ord-{i}", i, day=i % 7) for i in range(6000)]))
     dr.Lake.create(tmp_path / "lake")
-    out, tty = _pty_run(["--lake", "lake", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
+    out, tty = pty_run(["--lake", "lake", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
     parts = int(re.search(r"and (\d+) more parts", out).group(1)) + 1  # type: ignore[union-attr]
     assert parts >= 6, out  # enough work for a rate to go by, even on a fast machine
     seen = frames(tty)
@@ -85,13 +85,13 @@ def test_ingest_in_parts_shows_bytes_parts_phases_and_an_eta(tmp_path: Path) -> 
     assert any(re.search(rf"\d[\d.,]* (B|KiB)/{re.escape(size)}", f) for f in seen)  # bytes done of the file's
     assert any(re.search(r"ETA \d+:\d\d", f) for f in seen)
     assert seen[-1].startswith("✓ ingest big.jsonl") or any(f.startswith("✓ ingest big.jsonl") for f in seen)
-    out, tty = _pty_run(["--lake", "lake", "--json", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
+    out, tty = pty_run(["--lake", "lake", "--json", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
     assert frames(tty) == [] and json.loads(out)["duplicate"] is True  # --json: no progress
 
 
 def test_release_run_shows_its_phases_on_one_bar(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    out, tty = _pty_run(["run", str(config)], tmp_path)
+    out, tty = pty_run(["run", str(config)], tmp_path)
     assert "decision: SHIP" in out, out
     seen = frames(tty)
     size = sum(p.stat().st_size for p in (ORDERS / n for n in ("history.jsonl", "v2.jsonl", "v3.jsonl", "bad.jsonl")))
@@ -113,7 +113,7 @@ def test_drill_crash_refuses_an_unknown_writer_naming_the_valid_ones(tmp_path: P
 
 @pytest.mark.slow
 def test_drill_crash_runs_a_subset_with_kills_and_an_eta(tmp_path: Path) -> None:
-    out, tty = _pty_run(["--lake", "scratch", "drill", "crash", "--writers", "vacuum"], tmp_path)
+    out, tty = pty_run(["--lake", "scratch", "drill", "crash", "--writers", "vacuum"], tmp_path)
     assert "drill crash: PASSED" in out, out
     checks = [line.split()[-1] for line in out.splitlines() if line.startswith("  ok ") or "FAIL" in line]
     assert checks and all(c.startswith(("vacuum:", "every_declared")) for c in checks), checks

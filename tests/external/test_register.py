@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -21,15 +20,12 @@ from delta_release.register import check_inventory, polars_limits, read_duckdb_d
 from delta_release.register.log import deletion_vector_ref, read_log, z85_decode
 from delta_release.register.reader import NS_MAX, UnreadableTableError
 from delta_release.storage import Storage
+from tests.external.conftest import GOLDEN, SPARK, SPARK_COUNTS
 
-GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
-SPARK = "basic-with-inserts-deletes-checkpoint"  # Spark 3.4 / Delta 3.0: appends, deletes, checkpoint at 10
 PARTITIONED = "delta-2.2.0-partitioned-types"  # Spark 3.3 / Delta 2.2, two partition columns
 DV = "table-with-dv-small"  # Databricks: one file, a deletion vector removes 2 of 10 rows
 EDGE = "table_with_edge_timestamps"  # Databricks: INT96 9999-12-31, which Polars clamps to 2262-04-11
 MAPPING = "table_with_column_mapping"  # Databricks: column mapping by name, spaces in column names
-# rows per version of SPARK, from the generator (GoldenTables.scala) and checked by three engines
-SPARK_COUNTS = [10, 20, 30, 40, 50, 45, 40, 35, 30, 25, 35, 45, 55, 41]
 
 
 def copy(name: str, tmp_path: Path) -> Path:
@@ -41,13 +37,6 @@ def copy(name: str, tmp_path: Path) -> Path:
 def invoke(lake: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     result = CliRunner().invoke(cli, ["--lake", str(lake), "--json", *args])
     return result.exit_code, json.loads(result.output.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> dr.Lake:
-    from delta_release.clock import FixedClock
-
-    return dr.Lake.create(tmp_path / "lake", clock=FixedClock(datetime(2026, 11, 29, 12, 0, tzinfo=UTC)))
 
 
 @pytest.mark.parametrize("name", [SPARK, PARTITIONED, DV, EDGE, MAPPING])

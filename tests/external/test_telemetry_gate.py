@@ -15,24 +15,12 @@ import pytest
 import delta_release as dr
 from delta_release import _delta
 from delta_release.errors import InputError
-from delta_release.external import gate_manifest, load_manifest, publish_manifest
+from delta_release.external import gate_manifest, load_manifest
 from delta_release.external.producer import encode, produce_hour, upload, write_manifest
 from tests.conftest import FIXTURES
+from tests.external.conftest import publish, stage
 
 TELEMETRY = FIXTURES / "telemetry"
-
-
-def stage(lake: dr.Lake, tmp: Path, hour: int, generation: str, *, files: int = 3, rows: int = 4,
-          skip: set[int] = frozenset(), corrected: bool = False) -> tuple[Path, dict[str, bytes]]:  # type: ignore[assignment]
-    """Producer: write the hour's objects (except `skip` indexes) into the lake and a manifest into `tmp`."""
-    doc, objects = produce_hour(hour, generation, files=files, rows=rows, corrected=corrected)
-    names = sorted(objects)
-    upload(lake.table_storage("telemetry"), objects, skip={names[i] for i in skip})
-    return write_manifest(tmp / f"{generation}.json", doc), objects
-
-
-def publish(lake: dr.Lake, path: Path) -> Any:
-    return publish_manifest(lake, load_manifest(path, lake.tables))
 
 
 def hour_rows(lake: dr.Lake, hour: int) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from delta_release.cli.main import cli
 from delta_release.gateway import EngineMismatchError
 from delta_release.gateway import reader as reader_module
 from tests.conftest import ORDERS, jsonl, rm
-from tests.external.test_telemetry_gate import publish, stage
+from tests.external.conftest import publish, stage
 
 
 def _orders(lake: dr.Lake) -> None:

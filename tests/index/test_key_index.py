@@ -15,25 +15,9 @@ import pytest
 import delta_release as dr
 from delta_release import _delta, index
 from delta_release.ingest import applied_batches
-from tests.apply.test_apply import current, oracle
+from tests.apply.conftest import current, oracle
 from tests.conftest import jsonl, rm, up
-
-
-def stream(seed: int, n_batches: int = 6, per_batch: int = 12) -> list[list[dict[str, Any]]]:
-    """Batches that create, update, move (another event_day) and delete a small set of orders."""
-    rng = random.Random(seed)
-    batches, pos = [], 0
-    for _ in range(n_batches):
-        batch = []
-        for _ in range(per_batch):
-            pos += rng.randint(1, 3)
-            oid = f"o{rng.randint(1, 15)}"
-            if rng.random() < 0.15:
-                batch.append(rm(oid, pos, rng.choice([None, 3, 4])))
-            else:
-                batch.append(up(oid, pos, amount=rng.randint(1, 999), day=rng.randint(1, 6)))
-        batches.append(batch)
-    return batches
+from tests.index.conftest import stream
 
 
 def key_index(lake: dr.Lake) -> index.KeyIndex:

@@ -27,9 +27,9 @@ from delta_release.contract.decode import split_lines
 from delta_release.contract.lines import BOM, ENV_MAX_LINE
 from delta_release.contract.parts import ENV_MAX_PART, max_part_bytes, part_ranges
 from delta_release.stage.buckets import bucket_of_path
-from tests.apply.test_buckets import assert_tags_hold
+from tests.apply.conftest import assert_tags_hold
 from tests.conftest import ROOT, examples, jsonl, rm, up
-from tests.ingest.test_decode_paths import lines as event_lines
+from tests.ingest.conftest import lines as event_lines
 
 
 def rows(lake: dr.Lake) -> list[dict[str, Any]]:
@@ -176,9 +176,9 @@ def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(_history(3)))
     monkeypatch.setenv(ENV_MAX_PART, "2048")
-    from tests.apply.test_buckets import _legacy_defs
+    from tests.apply.conftest import legacy_defs
 
-    lake = dr.Lake.create(tmp_path / "lake", tables_dir=_legacy_defs(tmp_path))  # parts one by one (no buckets)
+    lake = dr.Lake.create(tmp_path / "lake", tables_dir=legacy_defs(tmp_path))  # parts one by one (no buckets)
     staged: list[str] = []
     removed: list[str] = []
     alive: list[int] = []
@@ -275,7 +275,7 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     of the file makes), all applied in the run's ONE candidate: a HOLD leaves every Delta log as it was,
     a SHIP is one commit whose table equals the ingest of the whole file."""
     from delta_release.release.run import run_release
-    from tests.release.test_release_atomic import _base, _config, _log_hashes
+    from tests.release.conftest import ingest_base, log_hashes, release_config
 
     events = _history(4, 150)
     path = tmp_path / "big.jsonl"
@@ -285,12 +285,12 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     assert len(ranges) > 3
     root = tmp_path / "lake"
     lake = dr.Lake.create(root)
-    _base(lake)
-    before_logs, before_version, before_pub = _log_hashes(root), lake.latest_version("orders"), lake.published("orders")
+    ingest_base(lake)
+    before_logs, before_version, before_pub = log_hashes(root), lake.latest_version("orders"), lake.published("orders")
 
-    held = run_release(str(_config(tmp_path, [path], broken_v3=True)))
+    held = run_release(str(release_config(tmp_path, [path], broken_v3=True)))
     assert held["decision"] == "hold"
-    assert _log_hashes(root) == before_logs
+    assert log_hashes(root) == before_logs
     lake = dr.Lake.open(root)
     assert lake.latest_version("orders") == before_version and lake.published("orders") == before_pub
     data = path.read_bytes()
@@ -299,12 +299,12 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     assert [b["batch_id"] for b in packet["counts"]["batches"]] == ids
     assert all(lake.raw.read(b) == data[a:a + n] for b, (a, n) in zip(ids, ranges, strict=True))
 
-    shipped = run_release(str(_config(tmp_path, [path], broken_v3=False)))
+    shipped = run_release(str(release_config(tmp_path, [path], broken_v3=False)))
     assert shipped["decision"] == "ship", shipped["failed_checks"]
     lake = dr.Lake.open(root)
     assert lake.latest_version("orders") == before_version + 1  # one commit for every part
     other = dr.Lake.create(tmp_path / "other")
-    _base(other)
+    ingest_base(other)
     report = other.ingest(path)  # the same parts, one commit each
     assert [p["batch_id"] for p in report.parts] == ids
     assert rows(lake) == rows(other)
@@ -500,14 +500,14 @@ def test_a_file_in_parts_over_legacy_untagged_files_rewrites_each_once(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A parent with untagged (pre-bucket) files, which hold every bucket: the groups of buckets are planned
     as one, so each untagged file is replaced once and every key has one row."""
-    from tests.apply.test_buckets import _legacy_defs
+    from tests.apply.conftest import legacy_defs
 
     events = _history(10, 400)
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(events))
     lakes = []
     for name in ("whole", "parts"):
-        legacy = dr.Lake.create(tmp_path / name, tables_dir=_legacy_defs(tmp_path / name))
+        legacy = dr.Lake.create(tmp_path / name, tables_dir=legacy_defs(tmp_path / name))
         legacy.ingest(jsonl(_history(11, 150)))
         lake = dr.Lake.open(tmp_path / name)  # the same lake, now with buckets
         assert lake.table_def("orders").buckets == 8

@@ -19,7 +19,7 @@ from delta_release.contract.decode import decode_stream, split_lines
 from delta_release.contract.lines import BOM, ENV_MAX_LINE
 from delta_release.contract.source import read_batch_file
 from tests.conftest import examples
-from tests.ingest.test_decode_paths import lines as event_lines
+from tests.ingest.conftest import lines as event_lines
 
 
 def summary(batch):  # type: ignore[no-untyped-def]

@@ -19,19 +19,15 @@ from typing import Any
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
 
 import delta_release as dr
 from delta_release.clock import FixedClock
 from tests.conftest import jsonl, rm, up
+from tests.interop.conftest import CURRENT_SQL, assert_same_rows
 from tests.interop_engines import EngineRun, run_engine
 
 pytestmark = pytest.mark.interop
 
-CURRENT_SQL = {
-    "orders": "SELECT order_id, amount_cents, currency, event_day, position FROM t WHERE NOT deleted",
-    "telemetry": "SELECT sensor_id, ts_ms, reading, hour FROM t",
-}
 WITNESSES = ("duckdb", "sail")
 
 
@@ -158,18 +154,6 @@ def _require(run: EngineRun) -> EngineRun:
             pytest.fail(f"{run.engine} must be installed in CI (make test installs .[interop]): {run.error}")
         pytest.skip(f"{run.engine} is not installed here: {run.error}")
     return run
-
-
-def normalize(frame: pl.DataFrame, like: pl.DataFrame) -> pl.DataFrame:
-    """`frame` in `like`'s column order and types, rows sorted: a multiset comparison of rows."""
-    frame = frame.select(like.columns).cast(dict(like.schema))
-    return frame.sort(frame.columns, nulls_last=True)
-
-
-def assert_same_rows(found: pl.DataFrame, reference: pl.DataFrame) -> None:
-    assert sorted(found.columns) == sorted(reference.columns)
-    assert found.height == reference.height
-    assert_frame_equal(normalize(found, reference), normalize(reference, reference))
 
 
 def _frame(run: EngineRun, job_id: str) -> pl.DataFrame:

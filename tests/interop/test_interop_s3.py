@@ -18,8 +18,8 @@ from delta_release.gateway.catalog import SqliteCatalog
 from delta_release.register import register_table
 from delta_release.register.reader import read_registered
 from tests.conftest import jsonl, rm, up
-from tests.external.test_register import GOLDEN, SPARK, SPARK_COUNTS
-from tests.interop.test_interop import CURRENT_SQL, assert_same_rows
+from tests.external.conftest import GOLDEN, SPARK, SPARK_COUNTS
+from tests.interop.conftest import CURRENT_SQL, assert_same_rows
 from tests.interop_engines import run_engine
 from tests.s3server import S3Server, s3server  # noqa: F401 - the fixture
 

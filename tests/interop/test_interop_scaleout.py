@@ -19,7 +19,7 @@ from delta_release.clock import FixedClock
 from delta_release.contract import decode_batch
 from delta_release.ingest import commit_candidate, prepare_candidate
 from tests.conftest import jsonl, rm, up
-from tests.interop.test_interop import CURRENT_SQL, assert_same_rows
+from tests.interop.conftest import CURRENT_SQL, assert_same_rows
 from tests.interop_engines import run_engine
 
 pytestmark = pytest.mark.interop

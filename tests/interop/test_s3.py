@@ -20,7 +20,7 @@ from delta_release.errors import StaleParentError
 from delta_release.gateway.catalog import SqliteCatalog
 from delta_release.ingest import commit_candidate, prepare_candidate
 from delta_release.raw import batch_id_of
-from tests.commit.test_concurrency import commits_per_batch, expected, make_batches
+from tests.commit.conftest import commits_per_batch, expected, make_batches
 from tests.conftest import ORDERS, jsonl, up
 from tests.s3server import S3Server, s3server  # noqa: F401 - the fixture
 
@@ -208,7 +208,7 @@ def test_key_index_lookups_on_s3_read_ranges_not_files(s3server: S3Server, tmp_p
     from delta_release import index
     from delta_release.index import keys as kx
     from delta_release.storage import Storage
-    from tests.index.test_key_index import stream
+    from tests.index.conftest import stream
 
     read_whole: list[str] = []
 
@@ -281,7 +281,7 @@ def test_key_index_rebuild_on_s3_goes_through_local_maps(s3server: S3Server, tmp
     no object but the index's own is written, and the lookups answer like the table."""
     from delta_release import index
     from delta_release.index import keys as kx
-    from tests.index.test_key_index import stream
+    from tests.index.conftest import stream
 
     lake = open_s3_lake(s3server, s3server.new_bucket(), tmp_path / "catalog.sqlite")
     for batch in stream(5, n_batches=4, per_batch=25):

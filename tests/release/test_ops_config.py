@@ -13,31 +13,7 @@ from delta_release.cli.main import cli
 from delta_release.errors import ConfigError
 from delta_release.release.config import load_release_config
 from tests.conftest import ORDERS, ROOT
-
-
-def write_config(tmp_path: Path, *, drills: bool = False, batches: list[str] | None = None,
-                 text_edit: tuple[str, str] | None = None, **override: object) -> Path:
-    doc = yaml.safe_load((ROOT / "config" / "release.yaml").read_text())
-    doc["lake"]["uri"] = str(tmp_path / "lake")
-    doc["packet"]["directory"] = str(tmp_path / "packets")
-    doc["sources"]["batches"] = batches or [str(ORDERS / n) for n in
-                                            ("history.jsonl", "v2.jsonl", "v3.jsonl", "bad.jsonl")]
-    doc["sources"]["manifests"] = [str(ROOT / "fixtures" / "telemetry" / "telemetry-48.manifest.json")]
-    doc["checks"]["schema_fixtures"] = {"v2": str(ORDERS / "v2.jsonl"), "v3": str(ORDERS / "v3.jsonl")}
-    doc["checks"]["conflict_drill"] = doc["checks"]["erasure_drill"] = drills
-    for dotted, value in override.items():
-        node = doc
-        *parents, last = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    text = yaml.safe_dump(doc)
-    if text_edit:
-        assert text_edit[0] in text, text_edit[0]
-        text = text.replace(text_edit[0], text_edit[1], 1)
-    path = tmp_path / "release.yaml"
-    path.write_text(text)
-    return path
+from tests.release.conftest import garbage_batch, write_config
 
 
 def refused(config: Path, key: str | None) -> str:
@@ -137,14 +113,6 @@ def test_retention_defaults_are_one_set(tmp_path: Path) -> None:
     era = CliRunner().invoke(cli, ["erase", "--help"]).output
     assert f"default: {retention.RETAIN_VERSIONS}" in vac and f"{retention.REPLAY_HORIZON_HOURS}" in vac
     assert f"{retention.RAW_RETENTION_DAYS}" in era
-
-
-def garbage_batch(path: Path) -> Path:
-    lines = [b"garbage line %d {" % i for i in range(95)]
-    lines += [json.dumps({"schema_version": 2, "order_id": f"ord-g{i}", "position": 9000 + i, "kind": "upsert",
-                          "amount_cents": 100, "event_day": 48}).encode() for i in range(5)]
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from delta_release import __version__
 from delta_release.cli.main import cli
 from delta_release.release.report import SECTIONS
 from tests.conftest import ORDERS
-from tests.release.test_ops_config import garbage_batch, write_config
+from tests.release.conftest import garbage_batch, write_config
 
 
 def chromium() -> str:

@@ -7,48 +7,20 @@ ingesting the batches one by one; a parent that moves during the checks holds wi
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
-import yaml
 
 import delta_release as dr
 from delta_release.release import run as run_mod
 from delta_release.release.run import run_release
-from tests.conftest import ORDERS, ROOT, jsonl, up
+from tests.conftest import ORDERS, jsonl, up
+from tests.release.conftest import ingest_base, log_hashes, release_config
 
 HELD = ["ord-held-1", "ord-held-2"]
-FAST_CHECKS = ("schema_fixtures", "amount_unit", "reconciliation", "checksums", "pinned_query", "audit",
-               "freshness_gate")
-
-
-def _config(tmp: Path, batches: list[Path], *, broken_v3: bool) -> Path:
-    doc = yaml.safe_load((ROOT / "config" / "release.yaml").read_text())
-    doc["lake"]["uri"] = str(tmp / "lake")
-    doc["packet"]["directory"] = str(tmp / "packets")
-    doc["sources"]["batches"] = [str(b) for b in batches]
-    doc["sources"]["manifests"] = [str(ROOT / "fixtures" / "telemetry" / "telemetry-48.manifest.json")]
-    v3 = ORDERS / "v3.jsonl"
-    if broken_v3:
-        v3 = tmp / "v3-broken.jsonl"
-        v3.write_text((ORDERS / "v3.jsonl").read_text().replace('"currency": "USD"', '"currency": "usd"', 1))
-    doc["checks"] = {k: v for k, v in doc["checks"].items() if k in FAST_CHECKS}
-    doc["checks"]["schema_fixtures"] = {"v2": str(ORDERS / "v2.jsonl"), "v3": str(v3)}
-    doc["checks"]["audit"]["max_fraction"] = 1.0  # a tiny lake: pruning is not what these tests measure
-    doc["checks"]["thresholds"] = False  # nor the rejected-line shares of a three-line batch
-    path = tmp / "release.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def _log_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every file under every `_delta_log` of the lake."""
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and "_delta_log" in p.parts}
 
 
 def _held_batch(tmp: Path) -> Path:
@@ -56,11 +28,6 @@ def _held_batch(tmp: Path) -> Path:
     path.write_bytes(jsonl([up(HELD[0], 9001, amount=111, day=47), up(HELD[1], 9002, amount=222, day=48),
                             up("ord-base-1", 9003, amount=999, day=47)]) + b"not json at all\n")
     return path
-
-
-def _base(lake: dr.Lake) -> None:
-    lake.ingest(jsonl([up("ord-base-1", 1, amount=10, day=47), up("ord-base-2", 2, amount=20, day=48),
-                       up("ord-base-3", 3, amount=30, day=47)]))
 
 
 def _ids_at_latest(lake: dr.Lake) -> set[str]:
@@ -71,18 +38,18 @@ def _ids_at_latest(lake: dr.Lake) -> set[str]:
 def test_hold_leaves_every_log_unchanged_and_the_held_events_never_come_back(tmp_path: Path) -> None:
     root = tmp_path / "lake"
     lake = dr.Lake.create(root)
-    _base(lake)
-    before_logs = _log_hashes(root)
+    ingest_base(lake)
+    before_logs = log_hashes(root)
     before_version = lake.latest_version("orders")
     before_pub = lake.published("orders")
     held = _held_batch(tmp_path)
 
-    out = run_release(str(_config(tmp_path, [held], broken_v3=True)))
+    out = run_release(str(release_config(tmp_path, [held], broken_v3=True)))
     assert out["decision"] == "hold" and out["failed_checks"] == ["schema_fixture_v3"]
     assert out["snapshot"]["version"] is None and out["snapshot"]["parent"] == before_version
 
     # the logs: byte-identical, the telemetry table not even created
-    assert _log_hashes(root) == before_logs
+    assert log_hashes(root) == before_logs
     assert not (root / "telemetry" / "_delta_log").exists()
     lake = dr.Lake.open(root)
     assert lake.latest_version("orders") == before_version and lake.published("orders") == before_pub
@@ -124,11 +91,11 @@ def _our_commits(lake: dr.Lake, table: str, after: int) -> list[dict[str, Any]]:
 def test_ship_is_one_commit_per_table_equal_to_ingesting_one_by_one(tmp_path: Path) -> None:
     root = tmp_path / "lake"
     lake = dr.Lake.create(root)
-    _base(lake)
+    ingest_base(lake)
     before = lake.latest_version("orders")
     batches = [ORDERS / n for n in ("history.jsonl", "v2.jsonl", "v3.jsonl", "bad.jsonl")]
 
-    out = run_release(str(_config(tmp_path, batches, broken_v3=False)))
+    out = run_release(str(release_config(tmp_path, batches, broken_v3=False)))
     assert out["decision"] == "ship", out["failed_checks"]
     lake = dr.Lake.open(root)
     assert out["snapshot"]["version"] == before + 1 == lake.latest_version("orders")
@@ -139,7 +106,7 @@ def test_ship_is_one_commit_per_table_equal_to_ingesting_one_by_one(tmp_path: Pa
 
     # the same batches ingested one by one give the same current rows
     other = dr.Lake.create(tmp_path / "sequential")
-    _base(other)
+    ingest_base(other)
     for b in batches:
         other.ingest(b)
     assert lake.read().equals(other.read())
@@ -153,7 +120,7 @@ def test_a_parent_that_moves_during_the_checks_holds_with_stale_parent(tmp_path:
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "lake"
     lake = dr.Lake.create(root)
-    _base(lake)
+    ingest_base(lake)
     real = run_mod.run_check
     moved: list[int | None] = []
 
@@ -164,7 +131,7 @@ def test_a_parent_that_moves_during_the_checks_holds_with_stale_parent(tmp_path:
 
     monkeypatch.setattr(run_mod, "run_check", racing_check)
     before = lake.latest_version("orders")
-    out = run_release(str(_config(tmp_path, [_held_batch(tmp_path)], broken_v3=False)))
+    out = run_release(str(release_config(tmp_path, [_held_batch(tmp_path)], broken_v3=False)))
     assert out["decision"] == "hold" and out["failed_checks"] == ["stale_parent"]
     packet = json.loads(Path(out["packet"]).read_text())
     assert packet["stale_parent"] == {"expected": before, "found": before + 1}
@@ -172,7 +139,7 @@ def test_a_parent_that_moves_during_the_checks_holds_with_stale_parent(tmp_path:
     assert lake.latest_version("orders") == moved[0] == before + 1  # only the racer's commit
     assert not any((root / "orders" / p).exists() for p in packet["discarded"]["files"])
     assert set(lake.read()["order_id"].to_list()).isdisjoint(HELD)
-    logs_after_race = _log_hashes(root)
+    logs_after_race = log_hashes(root)
     assert not any(k.startswith("telemetry/") for k in logs_after_race)
 
 
@@ -185,7 +152,7 @@ def test_a_parent_that_moves_while_the_run_stages_holds_with_stale_parent(tmp_pa
     it raced too."""
     root = tmp_path / "lake"
     lake = dr.Lake.create(root)
-    _base(lake)
+    ingest_base(lake)
     real = run_mod.stage_run
     moved: list[int | None] = []
 
@@ -196,7 +163,7 @@ def test_a_parent_that_moves_while_the_run_stages_holds_with_stale_parent(tmp_pa
 
     monkeypatch.setattr(run_mod, "stage_run", racing_stage)
     before = lake.latest_version("orders")
-    out = run_release(str(_config(tmp_path, [_held_batch(tmp_path)], broken_v3=broken_v3)))
+    out = run_release(str(release_config(tmp_path, [_held_batch(tmp_path)], broken_v3=broken_v3)))
     packet = json.loads(Path(out["packet"]).read_text())
     expected = ["schema_fixture_v3", "stale_parent"] if broken_v3 else ["stale_parent"]
     assert out["decision"] == "hold" and out["failed_checks"] == expected, packet["reasons"]

@@ -22,11 +22,8 @@ import delta_release as dr
 from delta_release import storage as storage_mod
 from delta_release.quarantine import temp_sweep
 from delta_release.storage import TEMP_DIR, Storage
-from tests.conftest import ingest_killed_at, jsonl, plant_temp, up
-
-
-def _temps(*roots: Path) -> list[str]:
-    return sorted(str(p) for r in roots for p in r.rglob(".tmp-*"))
+from tests.conftest import jsonl, up
+from tests.storage.conftest import ingest_killed_at, plant_temp, temp_files
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +74,7 @@ def test_exdev_falls_back_to_a_temp_folder_on_the_final_names_filesystem(
     folders = [src.rsplit("/", 1)[0].removeprefix(str(root)) for src, _ in moves]
     assert folders == ["/_tmp", "/_index/_tmp", "/_index/_tmp", "/_index/_tmp", "/_index/_tmp", "/_tmp"]
     assert (root / "_index/orders/keys/a").read_bytes() == b"1" and (root / "_index/orders/keys/b").read_bytes() == b"3"
-    assert _temps(root) == [] and (root / "_index" / TEMP_DIR).is_dir()
+    assert temp_files(root) == [] and (root / "_index" / TEMP_DIR).is_dir()
 
 
 def test_an_exdev_that_persists_fails_once_retried_and_leaves_no_temp_file(
@@ -95,7 +92,7 @@ def test_an_exdev_that_persists_fails_once_retried_and_leaves_no_temp_file(
         with pytest.raises(OSError) as caught:
             lake.write_bytes(rel, b"1")
         assert caught.value.errno == errno.EXDEV
-    assert tries == ["/_tmp", "/_tmp", "/_upkeep/_tmp"] and _temps(root) == []
+    assert tries == ["/_tmp", "/_tmp", "/_upkeep/_tmp"] and temp_files(root) == []
 
 
 def test_a_raw_batch_and_ledgers_on_a_real_second_filesystem(tmp_path: Path, shm: Path) -> None:
@@ -113,22 +110,22 @@ def test_a_raw_batch_and_ledgers_on_a_real_second_filesystem(tmp_path: Path, shm
     assert report.version is not None
     lake.ingest(jsonl([up("b", 2, day=3)]))  # bytes: Storage.write_once
     assert len(list((shm / "_raw").rglob("*.jsonl"))) == 2 and any((shm / "_quarantine").rglob("*"))
-    assert _temps(root, shm) == [] and (shm / "_raw" / TEMP_DIR).is_dir()
+    assert temp_files(root, shm) == [] and (shm / "_raw" / TEMP_DIR).is_dir()
 
     # a write killed in its temp file in a fresh process dies in the lake's `_tmp` (before its EXDEV)
     batch.write_bytes(jsonl([up("c", 3, day=4)]))
     ingest_killed_at(root, batch, "storage.after_temp:_raw")
-    assert [Path(p).parent for p in _temps(root, shm)] == [root / TEMP_DIR]
+    assert [Path(p).parent for p in temp_files(root, shm)] == [root / TEMP_DIR]
     # one left in the fallback folder on the other disk (a writer killed after it learned) is swept by
     # the next writer start, which lists the `_tmp` of the lake root's folders
     planted = plant_temp(shm / "_raw" / TEMP_DIR)
     started = temp_sweep.sweep_at_writer_start(lake.storage, tables=[lake.table_uri("orders")])
     assert len(started) == 2 and f"_raw/{TEMP_DIR}/{planted.name}" in {t.path for t in started}
-    assert _temps(root, shm) == []
+    assert temp_files(root, shm) == []
     planted = plant_temp(shm / "_raw" / TEMP_DIR)  # and by vacuum, whose walk follows the linked folder
     assert [t["path"] for t in lake.vacuum("orders", apply=True).temp_files] == [f"_raw/{TEMP_DIR}/{planted.name}"]
-    assert _temps(root, shm) == []
-    assert dr.Lake.open(root).ingest(batch).version is not None and _temps(root, shm) == []
+    assert temp_files(root, shm) == []
+    assert dr.Lake.open(root).ingest(batch).version is not None and temp_files(root, shm) == []
 
 
 def test_an_index_on_a_mounted_tmpfs(tmp_path: Path) -> None:
@@ -147,7 +144,7 @@ def test_an_index_on_a_mounted_tmpfs(tmp_path: Path) -> None:
         lake = dr.Lake.open(root)  # the index is rebuilt onto the mount (a cache), then written there
         lake.ingest(jsonl([up("b", 2, day=3), up("a", 3, day=4)]))
         assert any(p.is_file() and not p.name.startswith(".tmp-") for p in mount.rglob("*"))
-        assert _temps(root) == [] and (mount / TEMP_DIR).is_dir()
+        assert temp_files(root) == [] and (mount / TEMP_DIR).is_dir()
     finally:
         subprocess.run(["umount", str(mount)], check=False)
 

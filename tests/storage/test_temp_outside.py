@@ -11,11 +11,8 @@ from pathlib import Path
 
 import delta_release as dr
 from delta_release.storage import TEMP_DIR
-from tests.conftest import jsonl, plant_temp, up
-
-
-def _temps(*roots: Path) -> list[str]:
-    return sorted(str(p) for r in roots for p in r.rglob(".tmp-*"))
+from tests.conftest import jsonl, up
+from tests.storage.conftest import plant_temp, temp_files
 
 
 def _outside_orders(tmp_path: Path) -> tuple[dr.Lake, Path, Path]:
@@ -36,7 +33,7 @@ def test_erasure_removes_an_outside_tables_stale_temp_files(tmp_path: Path) -> N
     report = lake.erase("gone-7")
     assert report.rows_removed == 1
     assert sorted(report.temp_files_removed) == sorted(str(p.relative_to(root)) for p in held)
-    assert _temps(root, outside) == []
+    assert temp_files(root, outside) == []
 
 
 def test_vacuum_reports_and_removes_an_outside_tables_temp_files(tmp_path: Path) -> None:
@@ -48,4 +45,4 @@ def test_vacuum_reports_and_removes_an_outside_tables_temp_files(tmp_path: Path)
     assert all(p.exists() for p in held)
     applied = lake.vacuum("orders", apply=True)
     assert sorted(t["path"] for t in applied.temp_files) == sorted(str(p.relative_to(root)) for p in held)
-    assert _temps(root, outside) == []
+    assert temp_files(root, outside) == []

@@ -13,7 +13,8 @@ import delta_release as dr
 from delta_release import storage as storage_mod
 from delta_release.quarantine import temp_sweep
 from delta_release.storage import TEMP_DIR, Storage
-from tests.conftest import ingest_killed_at, jsonl, plant_temp, up
+from tests.conftest import jsonl, up
+from tests.storage.conftest import ingest_killed_at, plant_temp
 
 
 def _temps(root: Path) -> list[str]:
