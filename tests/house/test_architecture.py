@@ -241,3 +241,20 @@ def test_one_writer_path() -> None:
                      if any(isinstance(n, ast.Attribute) and n.attr == "commit" and isinstance(n.value, ast.Name)
                             and n.value.id == "_delta" for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))))
     assert callers == ["delta_release.commit.writer"]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines() -> None:
+    """A step of its own per thing a function does (#38 item 3: run_release, run_freshness_drill): a function of
+    the package, decorators included, is at most 80 lines."""
+    long = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                size = (node.end_lineno or node.lineno) - first + 1
+                if size > MAX_FUNCTION_LINES:
+                    long.append(f"{_module(path)}.{node.name}: {size} lines")
+    assert long == []
