@@ -134,7 +134,9 @@ def test_pinned_reads_refused_and_history_marks_them(history_lake: dr.Lake) -> N
     lake = history_lake
     lake.erase(SUBJECT)
     for v in range(1, 5):
-        with pytest.raises(ErasureExposureError) as info:
+        with pytest.raises(ErasureExposureError,
+                           match=rf"reading version {v} of orders would expose an erased subject .*; the nearest"
+                                 r" readable version is \d+") as info:
             lake.scan("orders", version=v)
         assert info.value.exit_code == 3 and info.value.facts["version"] == v
         assert SUBJECT not in str(info.value.to_json())
@@ -166,7 +168,9 @@ def test_pending_entry_fails_closed_until_the_erasure_completes(history_lake: dr
     """A crash after the ledger's pending entry, before the commit: nothing that holds the subject reads."""
     lake = history_lake
     lake.erasures.record(SUBJECT, version=None, erased_at="2026-11-29T12:00:00.000Z", state="pending")
-    with pytest.raises(ErasureExposureError):
+    with pytest.raises(ErasureExposureError,
+                       match=r"an erasure was interrupted before its commit: run `delta-release --lake .* erase"
+                             r" --resume`"):
         lake.read()
     assert lake.read(version=0).height == 0
     blocked = lake.ingest(jsonl([up(SUBJECT, 500), up("z", 501)]))
@@ -225,7 +229,8 @@ def test_subject_never_seen_is_recorded_and_blocked(lake: dr.Lake) -> None:
     from delta_release.api_checks import UnknownSubjectError
 
     lake.ingest(jsonl([up("a", 1)]))
-    with pytest.raises(UnknownSubjectError) as info:
+    with pytest.raises(UnknownSubjectError,
+                       match=r"never saw that id .*: check the id, or pass --force \(API: force=True\)") as info:
         lake.erase(SUBJECT)
     assert info.value.exit_code == 3 and SUBJECT not in str(info.value) and "--force" in str(info.value)
     assert lake.erasures.entries() == []
@@ -246,7 +251,8 @@ def test_a_word_of_a_malformed_line_does_not_count_as_a_seen_order(lake: dr.Lake
     lake.ingest(jsonl([up("a", 1)]) + b'{"schema_version": 3, "order_id": "m-1", "position": 2, "kind": "upsert", '
                 b'"amount_cents": 1, "event_day": 47, "currency": "USD"\n')  # (no closing brace)
     for word in ("upsert", "USD", "47", "schema_version"):
-        with pytest.raises(UnknownSubjectError):
+        with pytest.raises(UnknownSubjectError,
+                           match=r"never saw that id .*: check the id, or pass --force \(API: force=True\)"):
             lake.erase(word)
     assert lake.erasures.entries() == []
     report = lake.erase("m-1")
@@ -254,10 +260,10 @@ def test_a_word_of_a_malformed_line_does_not_count_as_a_seen_order(lake: dr.Lake
 
 
 def test_erase_rejects_bad_ids_without_echoing_them(lake: dr.Lake) -> None:
-    with pytest.raises(InputError) as info:
+    with pytest.raises(InputError, match="an order id must be 1 to 128 characters") as info:
         lake.erase("x" * 500)
     assert "x" * 20 not in str(info.value.to_json())
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="an order id must be 1 to 128 characters"):
         lake.erase("")
 
 
@@ -310,7 +316,8 @@ def test_second_engine_never_returns_the_subject(history_lake: dr.Lake) -> None:
     assert SUBJECT in read_duckdb("orders", 3, include_tombstones=True)["order_id"].to_list()
     lake.erase(SUBJECT)
     assert SUBJECT not in read_duckdb("orders", include_tombstones=True)["order_id"].to_list()
-    with pytest.raises(ErasureExposureError):
+    with pytest.raises(ErasureExposureError,
+                       match=r"would expose an erased subject .*; the nearest readable version is \d+"):
         read_duckdb("orders", 3)
 
 

@@ -184,7 +184,9 @@ def test_every_way_out_of_the_lake_is_refused(tmp_path: Path, location: str) -> 
     storage = Storage(str(root))
     own = {"orders": ("delta", "orders"), "telemetry": ("external", "telemetry")}
     entry = TableEntry(name="orders", location=location, kind="delta", origin="obj")
-    with pytest.raises(dr.CatalogIntegrityError) as err:
+    with pytest.raises(dr.CatalogIntegrityError,
+                       match=r"names location .* for table orders: .*; repair: `delta-release --lake .* catalog"
+                             r" repair") as err:
         table_location(storage, entry, own=own)
     assert err.value.path == "obj"
     # inside: relative, or absolute under the root (same scheme); a registered table may live elsewhere
@@ -199,7 +201,8 @@ def test_every_way_out_of_the_lake_is_refused(tmp_path: Path, location: str) -> 
     registered = TableEntry(name="ext", location="s3://elsewhere/t", kind="registered")
     assert table_location(s3, registered, own=own) == "s3://elsewhere/t"
     for bad in ("/home/user/t", "file:///tmp/t", "s3://elsewhere/../t"):  # an s3:// lake never reads the local disk
-        with pytest.raises(dr.CatalogIntegrityError):
+        with pytest.raises(dr.CatalogIntegrityError,
+                           match=r"a registered table must be an absolute s3:// location without '\.\.'.*; repair: "):
             table_location(s3, TableEntry(name="ext", location=bad, kind="registered"), own=own)
     with pytest.raises(dr.CatalogIntegrityError, match="'registered'"):  # an own table claiming to be external
         table_location(s3, TableEntry(name="orders", location="s3://elsewhere/t", kind="registered"), own=own)

@@ -33,7 +33,8 @@ def test_error_policy_raises_instead_of_answering_from_a_stale_cache(lake: dr.La
     reader = dr.Lake.open(tmp_path / "lake", freshness="error")
     reader.read()
     lake.ingest(jsonl([up("a", 1)]))
-    with pytest.raises(FreshnessError) as err:
+    with pytest.raises(FreshnessError,
+                       match="metadata cache of orders is stale: cached generation 1, published 2") as err:
         reader.scan()
     facts = err.value.facts
     assert (facts["cached_generation"], facts["published_generation"]) == (1, 2)
@@ -79,7 +80,7 @@ def test_a_version_newer_than_the_published_one_is_refused(lake: dr.Lake) -> Non
 
 PUBLISHER = textwrap.dedent("""
     import sys
-    sys.path.insert(0, {tests!r})
+    sys.path.insert(0, {root!r})
     import delta_release as dr
     from tests.conftest import jsonl, up
     lake = dr.Lake.open({lake!r})
@@ -93,14 +94,14 @@ def test_a_lake_opened_before_another_process_publishes(lake: dr.Lake, tmp_path:
     lake.ingest(jsonl([up("a", 1)]))
     reader = dr.Lake.open(tmp_path / "lake", freshness=policy)
     assert reader.read()["order_id"].to_list() == ["a"]
-    script = PUBLISHER.format(tests=str(ROOT / "tests"), lake=str(tmp_path / "lake"))
+    script = PUBLISHER.format(root=str(ROOT), lake=str(tmp_path / "lake"))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "2"
     if policy == "refresh":
         rows = reader.read()
         assert rows["order_id"].to_list() == ["a", "late"]  # never the old generation, never empty
     else:
-        with pytest.raises(FreshnessError):
+        with pytest.raises(FreshnessError, match="metadata cache of orders is stale: cached generation 2, published 3"):
             reader.read()
 
 
@@ -119,7 +120,7 @@ def test_a_changed_location_is_caught_with_a_stale_cache(lake: dr.Lake, tmp_path
     assert pl.scan_delta(old).collect().height == 1
     assert refresh.read()["order_id"].to_list() == ["a", "b"]
     assert refresh.gateway.cache["orders"].location == new
-    with pytest.raises(FreshnessError) as err:
+    with pytest.raises(FreshnessError, match="metadata cache of orders is stale: location changed from ") as err:
         strict.read()
     assert (err.value.facts["cached_location"], err.value.facts["location"]) == (old, new)
 

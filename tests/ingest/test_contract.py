@@ -126,7 +126,8 @@ def test_reconciliation_mismatch_stops_the_batch(lake: dr.Lake, monkeypatch: pyt
 
     monkeypatch.setattr(source_mod, "decode_stream", lossy)
     before = lake.latest_version("orders")
-    with pytest.raises(dr.ReconciliationError) as err:
+    with pytest.raises(dr.ReconciliationError,
+                       match=r"does not reconcile: accepted 2 \+ quarantined 11 != extracted 14") as err:
         lake.ingest(ORDERS / "bad.jsonl")
     assert err.value.facts["extracted"] == 14
     assert lake.latest_version("orders") == before

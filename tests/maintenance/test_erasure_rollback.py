@@ -52,19 +52,21 @@ def test_restore_refuses_a_tampered_file(three: dr.Lake) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, different bytes
     path.write_bytes(bytes(data))
-    with pytest.raises(GateError) as info:
+    with pytest.raises(GateError, match=r"cannot restore event_day=47/.*: checksum_mismatch: expected sha256 ") as info:
         lake.rollback(1)
     assert info.value.mismatch == "checksum_mismatch" and info.value.path == victim
     assert lake.latest_version("orders") == 3 and lake.published("orders").version == 3
     path.unlink()
-    with pytest.raises(GateError) as missing:
+    with pytest.raises(GateError,
+                       match=r"cannot restore event_day=47/.*: missing: file does not exist \(vacuumed\?\)") as missing:
         lake.rollback(1)
     assert missing.value.mismatch == "missing"
 
 
 def test_rollback_target_must_be_an_earlier_version(three: dr.Lake) -> None:
     for bad in (3, 7, -1):
-        with pytest.raises(InputError):
+        with pytest.raises(InputError,
+                           match=r"rollback target must be an earlier version of orders: expected 0 to 2, found -?\d+"):
             three.rollback(bad)
     assert three.latest_version("orders") == 3
 
@@ -81,7 +83,9 @@ def erased(lake: dr.Lake) -> dr.Lake:
 
 def test_rollback_to_a_version_holding_an_erased_subject_is_refused(erased: dr.Lake) -> None:
     lake = erased
-    with pytest.raises(ErasureExposureError) as info:
+    with pytest.raises(ErasureExposureError,
+                       match=r"nearest readable version is 4; use --repair-forward to restore it without the erased"
+                             r" subjects") as info:
         lake.rollback(2)
     err = info.value
     assert err.exit_code == 3 and err.facts["version"] == 2
@@ -109,6 +113,8 @@ def test_rollback_to_an_allowed_version_before_the_subject_restores(erased: dr.L
     lake.ingest(jsonl([up("a", 7, amount=777)]))                             # v6
     report = lake.rollback(5)                                                # after the erasure: allowed
     assert report.mode == "restore" and file_set(lake, report.version) == file_set(lake, 5)
-    with pytest.raises(ErasureExposureError):
+    with pytest.raises(ErasureExposureError,
+                       match=r"nearest readable version is 0; use --repair-forward to restore it without the erased"
+                             r" subjects"):
         lake.rollback(1)
     assert lake.rollback(0).mode == "restore" and lake.read().height == 0

@@ -56,11 +56,13 @@ def test_pinned_read_of_a_vacuumed_version_is_a_refusal(vacuumed: tuple[dr.Lake,
 
 def test_lake_read_raises_vacuumed_version_error(vacuumed: tuple[dr.Lake, str]) -> None:
     lake, vacuum_id = vacuumed
-    with pytest.raises(dr.VacuumedVersionError) as err:
+    with pytest.raises(dr.VacuumedVersionError,
+                       match=r"reading version 3 of orders is impossible: its files were removed by vacuum .*; nearest"
+                             r" readable version: 4") as err:
         lake.read(version=3)
     assert err.value.exit_code == 3 and isinstance(err.value, dr.SafetyError)
     assert err.value.facts == {"table": "orders", "version": 3, "vacuum": vacuum_id, "nearest_readable": 4}
-    with pytest.raises(dr.VacuumedVersionError):
+    with pytest.raises(dr.VacuumedVersionError, match=r"removed by vacuum .*; nearest readable version: 4"):
         lake.scan("orders", version=3)  # refused at the query boundary, before any file is opened
 
 
@@ -84,5 +86,6 @@ def test_files_removed_by_someone_else_are_a_refusal_too(lake: dr.Lake) -> None:
         Path(lake.table_uri("orders"), path).unlink()  # not our vacuum: no record
     refusal(invoke(lake, "read", "--version", "1"), 1, None, 2)
     refusal(invoke(lake, "read", "--version", "1", "--engine", "duckdb"), 1, None, 2)
-    with pytest.raises(dr.VacuumedVersionError):
+    with pytest.raises(dr.VacuumedVersionError,
+                       match=r"removed outside delta-release: no vacuum record\); nearest readable version: 2"):
         lake.read(version=1)

@@ -80,7 +80,7 @@ def test_stats_that_lie_are_caught(lake: dr.Lake, monkeypatch: pytest.MonkeyPatc
         return cand
 
     monkeypatch.setattr(writer_mod, "stage_partitions", lying)
-    with pytest.raises(dr.GateError) as err:
+    with pytest.raises(dr.GateError, match="stats_mismatch: column statistics differ from the recorded stats") as err:
         lake.ingest(jsonl([up("a", 1, day=47)]))
     assert err.value.mismatch == "stats_mismatch"
     assert lake.latest_version("orders") == 0

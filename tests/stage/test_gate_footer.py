@@ -31,7 +31,7 @@ def test_a_lying_row_count_is_caught_from_the_footer(lake: dr.Lake, monkeypatch:
     decoded: list[object] = []
     monkeypatch.setattr(gate_mod.pq, "read_table", lambda *a, **k: decoded.append(a) or read_table(*a, **k))
     _lie(monkeypatch, rows=2)
-    with pytest.raises(dr.GateError) as err:
+    with pytest.raises(dr.GateError, match="count_mismatch: expected 2 rows, found 1") as err:
         lake.ingest(jsonl([up("a", 1, day=47)]))
     assert err.value.mismatch == "count_mismatch"
     assert decoded == []  # the footer sufficed
@@ -51,7 +51,7 @@ def test_lying_stats_are_caught_with_and_without_footer_statistics(
         return cand
 
     monkeypatch.setattr(writer_mod, "stage_partitions", lying)
-    with pytest.raises(dr.GateError) as err:
+    with pytest.raises(dr.GateError, match="stats_mismatch: column statistics differ from the recorded stats") as err:
         lake.ingest(jsonl([up("a", 1, day=47)]))
     assert err.value.mismatch == "stats_mismatch"
     monkeypatch.setattr(writer_mod, "stage_partitions", real)

@@ -61,7 +61,9 @@ def test_an_empty_or_foreign_directory_holds_no_lake(tmp_path: Path) -> None:
     before = tree(tmp_path)
     for path in (tmp_path / "empty", tmp_path / "notebooks"):
         path.mkdir(exist_ok=True)
-        with pytest.raises(dr.LakeNotFoundError) as err:
+        with pytest.raises(dr.LakeNotFoundError,
+                           match=r"holds no lake \(Lake\.create\(uri\) or Lake\.open\(uri, create=True\)"
+                                 r" creates one\)") as err:
             dr.Lake.open(path)
         assert str(path) in str(err.value) and err.value.exit_code == 2
     assert isinstance(err.value, NotFoundError) and isinstance(err.value, dr.InputError)
@@ -70,7 +72,8 @@ def test_an_empty_or_foreign_directory_holds_no_lake(tmp_path: Path) -> None:
 
 def test_lake_open_in_a_folder_without_a_lake_creates_nothing(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(dr.LakeNotFoundError):
+    with pytest.raises(dr.LakeNotFoundError,
+                       match=r"holds no lake \(Lake\.create\(uri\) or Lake\.open\(uri, create=True\) creates one\)"):
         dr.Lake.open()  # the default "lake" in the notebook's folder
     assert tree(tmp_path) == []
 
@@ -155,7 +158,7 @@ def test_a_file_as_lake_is_refused_even_for_writers(tmp_path: Path) -> None:
     for args in (["read"], ["ingest", str(ORDERS / "v2.jsonl")]):
         err = one_line_refusal(CliRunner().invoke(cli, ["--lake", "/dev/null", *args]))
         assert "/dev/null" in err and "not a directory" in err
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="lake path is not a directory: /dev/null"):
         dr.Lake.create("/dev/null")
 
 
