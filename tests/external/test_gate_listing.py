@@ -26,10 +26,8 @@ def staged(lake: dr.Lake, tmp: Path, files: int = 12) -> tuple[Path, list[str]]:
     return write_manifest(tmp / "m.json", doc), sorted(objects)
 
 
-def both_ways(lake: dr.Lake, path: Path, monkeypatch: pytest.MonkeyPatch,
-              procs: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def both_ways(lake: dr.Lake, path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
     """The gate's report with its own listing, and with the storage's listing only."""
-    monkeypatch.setattr(fc, "PROCESS_MIN_FILES", 1 if procs else 10**9)
     manifest = load_manifest(path, lake.tables)
     used: list[bool] = []
     real = mf.local_names
@@ -48,11 +46,8 @@ def both_ways(lake: dr.Lake, path: Path, monkeypatch: pytest.MonkeyPatch,
     return {**own.to_json(), "fast_listing": used == [True]}, listed.to_json()
 
 
-@pytest.mark.parametrize("procs", [False, True])
-def test_own_listing_reports_as_the_storage_listing(lake: dr.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    procs: bool) -> None:
-    if procs and (not fc._can_fork() or fc.PROCESSES < 2):
-        pytest.skip("worker processes need fork and 2 cores")
+def test_own_listing_reports_as_the_storage_listing(lake: dr.Lake, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     path, names = staged(lake, tmp_path)
     storage = lake.table_storage("telemetry")
     doc = json.loads(path.read_text())
@@ -63,7 +58,7 @@ def test_own_listing_reports_as_the_storage_listing(lake: dr.Lake, tmp_path: Pat
     storage.write_bytes("hour=09/stray.parquet", b"stray")
     storage.write_bytes("hour=09/.tmp-leftover", b"tmp")
     write_manifest(path, doc)
-    own, listed = both_ways(lake, path, monkeypatch, procs)
+    own, listed = both_ways(lake, path, monkeypatch)
     assert own.pop("fast_listing") is True
     assert own == listed
     assert own["missing"] == [names[0]]

@@ -1,5 +1,7 @@
-"""The gate's worker processes (external/filecheck.py) answer exactly as the gate's own process does, and a
-worker killed by a corrupt footer costs no answer and never the gate's process."""
+"""The gate's per-file inspection (external/filecheck.py `inspect`): every kind of file a listing can name
+(other schemas, no magic, truncated, empty, gone, a FIFO, a directory, corrupt thrift, a large footer)
+gets its digest, size, row count, schema verdict or footer error, whether it was read in one read or
+streamed; and the manifest's fast parse accepts and refuses as the entry-by-entry one."""
 
 from __future__ import annotations
 
@@ -22,9 +24,6 @@ from delta_release.storage import Storage
 
 SCHEMA = pa.schema([("sensor_id", pa.string()), ("ts_ms", pa.int64()), ("reading", pa.float64())])
 CORRUPT = b"PAR1" + bytes(range(256)) * 20 + (200).to_bytes(4, "little") + b"PAR1"  # thrift garbage
-
-pytestmark = pytest.mark.skipif(not fc._can_fork() or fc.PROCESSES < 2, reason="worker processes need fork and 2 cores")
-
 
 def table(n: int) -> pa.Table:
     return pa.table({"sensor_id": [f"s-{i % 7}" for i in range(n)], "ts_ms": list(range(n)),
@@ -60,14 +59,13 @@ def hour(tmp: Path, *, corrupt: bool) -> list[str]:
         if data is not None:
             (tmp / rel).write_bytes(data)
         names.append(rel)
-    os.mkfifo(tmp / "h/fifo.parquet")  # must not block a worker
+    os.mkfifo(tmp / "h/fifo.parquet")  # must not block the gate
     (tmp / "h/dir.parquet").mkdir()
     return [*names, "h/fifo.parquet", "h/dir.parquet"]
 
 
-def answers(storage: Storage, names: list[str], procs: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    monkeypatch.setattr(fc, "PROCESS_MIN_FILES", 1 if procs else 10**9)
-    assert fc.pool_for(storage, len(names), 1000 * len(names))[0] == ("processes" if procs else "none")
+def answers(storage: Storage, names: list[str]) -> list[Any]:
+    assert fc.pool_for(storage, len(names), 1000 * len(names))[0] == "none"
     check = fc.SchemaCheck(SCHEMA)
     with fc.inspect(storage, names, check=check, total_bytes=1000 * len(names)) as found:
         out = list(found)
@@ -77,22 +75,10 @@ def answers(storage: Storage, names: list[str], procs: bool, monkeypatch: pytest
 
 
 @pytest.mark.parametrize("corrupt", [False, True])
-def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      corrupt: bool) -> None:
+def test_every_kind_of_file_gets_its_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corrupt: bool) -> None:
     names = hour(tmp_path, corrupt=corrupt)
-    storage = Storage(str(tmp_path))
-    here = answers(storage, names, False, monkeypatch)
-    done_here = []
-    real = fc._answer
-
-    def spy(read: Any, check: Any, rel: str, keep_data: bool = False) -> Any:
-        done_here.append(rel)
-        return real(read, check, rel, keep_data)
-
-    monkeypatch.setattr(fc, "_answer", spy)
-    monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)  # several chunks per worker
-    pooled = answers(storage, names, True, monkeypatch)
-    assert pooled == here
+    monkeypatch.setattr(fc, "FILES_CHUNK", 16)  # several chunks of reads, then hashes and footers
+    here = answers(Storage(str(tmp_path)), names)
     by = dict(zip(names, here, strict=True))
     for i in range(40):
         data = (tmp_path / names[i]).read_bytes() if (tmp_path / names[i]).exists() else None
@@ -108,10 +94,6 @@ def test_worker_processes_answer_as_the_gates_process(tmp_path: Path, monkeypatc
         assert by[rel][0] and by[rel][1] is None and by[rel][3], rel
     for rel in ("h/f-013.parquet", "h/fifo.parquet", "h/dir.parquet"):
         assert by[rel] == ("", None, None, None, None, None), rel
-    if corrupt:  # the thrift decoder aborted a worker: its chunk and the later ones were inspected here
-        assert "h/f-021.parquet" in done_here
-    else:  # every file was inspected by the workers
-        assert done_here == []
 
 
 def stage_hour(lake: dr.Lake, tmp: Path, files: int) -> tuple[Path, list[str]]:
@@ -121,8 +103,8 @@ def stage_hour(lake: dr.Lake, tmp: Path, files: int) -> tuple[Path, list[str]]:
 
 
 @pytest.mark.parametrize("corrupt", [False, True])
-def test_gate_reports_the_same_in_worker_processes(lake: dr.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   corrupt: bool) -> None:
+def test_gate_reports_each_mismatch_once(lake: dr.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         corrupt: bool) -> None:
     path, names = stage_hour(lake, tmp_path, 30)
     doc = json.loads(path.read_text())
     storage = lake.table_storage("telemetry")
@@ -140,14 +122,10 @@ def test_gate_reports_the_same_in_worker_processes(lake: dr.Lake, tmp_path: Path
     storage.write_bytes("hour=09/stray.parquet", b"stray")
     manifest = load_manifest(write_manifest(path, doc), lake.tables)
 
-    def gate(procs: bool) -> tuple[dict[str, Any], dict[str, str]]:
-        monkeypatch.setattr(fc, "PROCESS_MIN_FILES", 1 if procs else 10**9)
-        monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)
-        report = gate_manifest(lake, manifest)
-        return report.to_json(), {f.path: report.stats[f.path] for f in manifest.files if f.path in report.stats}
-
-    (here, here_stats), (pooled, pooled_stats) = gate(False), gate(True)
-    assert pooled == here and pooled_stats == here_stats
+    monkeypatch.setattr(fc, "FILES_CHUNK", 16)
+    report = gate_manifest(lake, manifest)
+    here = report.to_json()
+    here_stats = {f.path: report.stats[f.path] for f in manifest.files if f.path in report.stats}
     assert here["missing"] == [names[0]] and here["size_mismatch"] == [names[1]]
     assert here["checksum_mismatch"] == [names[3]] and here["schema_mismatch"] == [names[4]]
     assert here["count_mismatch"] == [names[2]] + ([names[5]] if corrupt else [])
@@ -190,16 +168,17 @@ def test_manifest_fast_path_accepts_and_refuses_as_the_entry_by_entry_parse(
         assert not isinstance(fast, str) and len(fast.files) == 12
 
 
-def test_worker_processes_stream_files_larger_than_a_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Files of a read chunk or more leave the workers' inline read for the streaming reader; the answers
-    (digest, size, footer, errors) stay those of the gate's own process."""
+def test_files_larger_than_a_read_stream_to_the_same_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files of a read chunk or more leave the inline read for the streaming reader; the answers (digest,
+    size, footer, errors) stay those of one read per file."""
     names = hour(tmp_path, corrupt=False)
-    monkeypatch.setattr(fc, "CHUNK_BYTES", 700)  # most files now span several reads
     storage = Storage(str(tmp_path))
-    here = answers(storage, names, False, monkeypatch)
-    monkeypatch.setattr(fc, "PROCESS_CHUNK", 16)
-    assert answers(storage, names, True, monkeypatch) == here
-    assert here[15][1] == 3000 and here[15][5] == (tmp_path / names[15]).stat().st_size > 700
+    whole = answers(storage, names)
+    monkeypatch.setattr(fc, "CHUNK_BYTES", 700)  # most files now span several reads
+    monkeypatch.setattr(fc, "FILES_CHUNK", 16)
+    streamed = answers(storage, names)
+    assert streamed == whole
+    assert streamed[15][1] == 3000 and streamed[15][5] == (tmp_path / names[15]).stat().st_size > 700
 
 
 def test_a_digest_with_a_trailing_newline_is_refused(lake: dr.Lake) -> None:
