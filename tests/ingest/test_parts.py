@@ -434,16 +434,24 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
     assert lake.scan("orders", include_tombstones=True).collect()["order_id"].is_unique().all()
 
 
+@pytest.fixture(scope="module")
+def killed_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], int, int]:
+    """The file the kill tests ingest, and what ingesting it whole into a `_based` lake gives (rows,
+    accepted, quarantined): the same reference for every crash point, so built once."""
+    tmp = tmp_path_factory.mktemp("killed-file")
+    path = tmp / "big.jsonl"
+    path.write_bytes(jsonl(_history(7, 300)) + b"not json\n")
+    whole = _based(tmp / "whole")
+    one = whole.ingest(path)
+    return path, rows(whole), one.accepted, one.quarantined
+
+
 @pytest.mark.parametrize("kill_at", ["ingest.after_raw", "parts.after_spill", "stage.after_first_file",
                                      "parts.after_group", "ingest.after_gate", "ingest.after_quarantine",
                                      "commit.during"])
 def test_a_kill_while_a_file_in_parts_is_planned_leaves_nothing_and_the_rerun_converges(
-        tmp_path: Path, kill_at: str) -> None:
-    events = _history(7, 300)
-    path = tmp_path / "big.jsonl"
-    path.write_bytes(jsonl(events) + b"not json\n")
-    whole = _based(tmp_path / "whole")
-    one = whole.ingest(path)
+        tmp_path: Path, kill_at: str, killed_file: tuple[Path, list[dict[str, Any]], int, int]) -> None:
+    path, whole_rows, accepted, quarantined = killed_file
     lake_dir = tmp_path / "lake"
     lake = _based(lake_dir)
     published, seen = lake.published("orders"), rows(lake)
@@ -459,8 +467,8 @@ def test_a_kill_while_a_file_in_parts_is_planned_leaves_nothing_and_the_rerun_co
     assert len(out["parts"]) > 3 and not any(p["duplicate"] for p in out["parts"])
     lake = dr.Lake.open(lake_dir)
     assert lake.published("orders").version == lake.latest_version("orders") == published.version + 1
-    assert rows(lake) == rows(whole)
-    assert (out["accepted"], out["quarantined"]) == (one.accepted, one.quarantined)
+    assert rows(lake) == whole_rows
+    assert (out["accepted"], out["quarantined"]) == (accepted, quarantined)
 
 
 def test_a_stale_parent_rebuilds_the_file_in_parts_on_the_new_parent(tmp_path: Path,
