@@ -11,9 +11,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@echo "==> [2/3] upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "==> [3/3] installing delta-release with its dev and interop extras (deltalake, polars, pyarrow,"
-	@echo "    duckdb, the DuckDB delta extension, Sail, pytest...): about 2 minutes on a first install"
-	$(BIN)/pip install --quiet -e '.[dev,interop]'
+	@echo "==> [3/3] installing delta-release with its dev, interop and distributed extras (deltalake, polars,"
+	@echo "    pyarrow, duckdb, the DuckDB delta extension, Sail, Ray, pytest...): about 3 minutes on a first install"
+	$(BIN)/pip install --quiet -e '.[dev,interop,distributed]'
 	@echo "==> installed; later runs skip this step until pyproject.toml changes"
 	touch $(STAMP)
 
@@ -47,7 +47,7 @@ lint: $(STAMP)
 SCALE ?= full
 LARGE ?=
 $(VENV)/.bench-installed: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,distributed,bench]'
 	touch $@
 
 bench: $(VENV)/.bench-installed

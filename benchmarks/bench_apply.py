@@ -115,7 +115,9 @@ def open_lake_copy(path: Path) -> Any:
     return lake
 
 
-def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+def instrument(lake: Any) -> Phases:
+    """Wrap the writer path's steps of this process (and `lake`'s stores) with phase timers. A step a
+    package version does not have is skipped, so older and newer trees are measured alike."""
     import delta_release.apply.bucketed as bk
     import delta_release.commit.writer as wr
     import delta_release.ingest as ing
@@ -125,28 +127,31 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
     from delta_release import _delta
     from delta_release.index.keys import KeyIndex
     from delta_release.raw.background import RawCopy
-    from delta_release.raw.store import RawStore
 
-    t0 = time.perf_counter()
-    lake = open_lake_copy(work)
-    open_s = time.perf_counter() - t0
     ph = Phases()
-    parts_mod.read_batch_file = ph.wrap("decode", parts_mod.read_batch_file)  # hash + decode (Lake.ingest -> parts)
-    up.before_work = ph.wrap("writer upkeep (temp sweep, pending erasures, publication)", up.before_work)
-    ing._already_applied = ph.wrap("duplicate check (batch index)", ing._already_applied)
-    ing._erasure_filter = ph.wrap("erasure filter", ing._erasure_filter)
-    ing.plan_bucketed = ph.wrap("apply: plan (the rest)", ing.plan_bucketed)
-    ing.plan_apply = ph.wrap("apply: plan (the rest)", ing.plan_apply)  # a table without buckets
-    _delta.partition_entries = ph.wrap("apply: parent file list", _delta.partition_entries)
-    _delta.file_count = ph.wrap("apply: parent file list", _delta.file_count)
+
+    def wrap(owners: tuple[Any, ...], name: str, phase: str) -> None:
+        for owner in owners:
+            if hasattr(owner, name):
+                setattr(owner, name, ph.wrap(phase, getattr(owner, name)))
+
+    wrap((parts_mod,), "read_batch_file", "decode")  # hash + decode (Lake.ingest -> parts)
+    wrap((up,), "before_work", "writer upkeep (temp sweep, pending erasures, publication)")
+    wrap((ing, parts_mod), "_already_applied", "duplicate check (batch index)")
+    wrap((ing,), "_erasure_filter", "erasure filter")
+    wrap((ing, parts_mod), "plan_bucketed", "apply: plan (the rest)")
+    wrap((ing,), "plan_apply", "apply: plan (the rest)")  # a table without buckets
+    wrap((_delta,), "partition_entries", "apply: parent file list")
+    wrap((_delta,), "file_count", "apply: parent file list")
     for name in ("read_entry", "read_entries"):
-        setattr(bk, name, ph.wrap("apply: read parent rows", getattr(bk, name)))
-    bk._Kept._read_whole = ph.wrap("apply: read parent rows", bk._Kept._read_whole)  # type: ignore[method-assign]
-    bk.keyed = buckets.keyed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
-    KeyIndex.locate_hashed = ph.wrap("apply: key index lookup", KeyIndex.locate_hashed)  # type: ignore[method-assign]
-    bk.fold = ph.wrap("apply: fold", bk.fold)
-    bk.fold_joined = ph.wrap("apply: fold", bk.fold_joined)  # the fold on the plan's one join
-    RawCopy.kept = ph.wrap("raw store (waiting for its thread)", RawCopy.kept)  # type: ignore[method-assign]
+        wrap((bk,), name, "apply: read parent rows")
+    wrap((bk._Kept,), "_read_whole", "apply: read parent rows")
+    hashed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
+    bk.keyed = buckets.keyed = hashed
+    wrap((KeyIndex,), "locate_hashed", "apply: key index lookup")
+    wrap((bk,), "fold", "apply: fold")
+    wrap((bk,), "fold_joined", "apply: fold")  # the fold on the plan's one join
+    wrap((RawCopy,), "kept", "raw store (waiting for its thread)")
     stage_partitions = ph.wrap(STAGE_PHASE, wr.stage_partitions)
 
     def stage_timed(*args: Any, partitions: Any, **kwargs: Any) -> Any:  # a lazy stream: its days' content
@@ -155,12 +160,27 @@ def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str
         return stage_partitions(*args, partitions=partitions, **kwargs)
 
     wr.stage_partitions = stage_timed
-    wr.gate_candidate = ph.wrap("gate", wr.gate_candidate)
-    _delta.commit = ph.wrap("commit", _delta.commit)
-    wr.record_indexes = ph.wrap("index record (batch + key index)", wr.record_indexes)
-    lake.raw.put_file = ph.wrap("raw store", lake.raw.put_file)
-    lake.quarantine.write = ph.wrap("quarantine", lake.quarantine.write)
-    lake.publisher.publish = ph.wrap("publish (catalog)", lake.publisher.publish)
+    wrap((wr,), "gate_candidate", "gate")
+    wrap((_delta,), "commit", "commit")
+    wrap((wr,), "record_indexes", "index record (batch + key index)")
+    wrap((lake.raw,), "put_file", "raw store")
+    wrap((lake.quarantine,), "write", "quarantine")
+    wrap((lake.publisher,), "publish", "publish (catalog)")
+    return ph
+
+
+def top_phases(phases: dict[str, float], n: int = 4) -> str:
+    """The `n` largest phases as 'name 1.2 s', for a row that must say where the time goes."""
+    return ", ".join(f"{k} {v:.1f} s" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])[:n])
+
+
+def run_ours(work: Path, source: Path, batch: Path, days: list[int]) -> dict[str, Any]:
+    from delta_release.raw.store import RawStore
+
+    t0 = time.perf_counter()
+    lake = open_lake_copy(work)
+    open_s = time.perf_counter() - t0
+    ph = instrument(lake)
     assert isinstance(lake.raw, RawStore)
     rss0 = maxrss_mb()
     c0, t0 = time.process_time(), time.perf_counter()

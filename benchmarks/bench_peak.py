@@ -1,12 +1,15 @@
-"""Peak memory (issue 14.6g and 17.4): a backfill of N events over 365 days into an empty lake, a file of
-normal event lines and a file that is one single line, each of a given size. Ours: `Lake.ingest(path)`.
-The alternative: `polars.read_ndjson` of the same file and `write_deltalake` of the result (partitioned
-by day). Each run is a fresh process; its peak is VmHWM. A file over the part limit (256 MiB, or
-$DELTA_RELEASE_MAX_PART_BYTES) is ingested as consecutive parts, one part's events in memory at a time
-(delta_release/parts.py): the result records the part size and the number of parts.
+"""Peak memory (issue 14.6g and 17.4): a backfill of N events over 365 days into an empty lake, a file of normal
+event lines and a file that is one single line, each of a given size. Ours: `Lake.ingest(path)`. The
+alternative: `polars.read_ndjson` of the same file, the same fold by source position (per order the event with
+the highest position; a delete leaves a tombstone row) and `write_deltalake` of the result (partitioned by
+day), so both sides write the same current rows (`compare` checks it, issue 34.4). Each run is a fresh
+process; its peak is VmHWM. A file over the part limit (256 MiB, or $DELTA_RELEASE_MAX_PART_BYTES) is ingested
+as consecutive parts, one part's events in memory at a time (delta_release/parts.py): the result records the
+part size and the number of parts.
 
     python -m benchmarks.bench_peak build KIND(backfill|lines|long) SIZE FILE   # SIZE: events or bytes
-    python -m benchmarks.bench_peak run CONTENDER(ours|polars) FILE WORKDIR
+    python -m benchmarks.bench_peak run CONTENDER(ours|polars) FILE WORKDIR [keep]
+    python -m benchmarks.bench_peak compare OURS_WORKDIR POLARS_WORKDIR   # same current rows on both sides?
 """
 
 from __future__ import annotations
@@ -58,12 +61,17 @@ def _event_lines(out: Any, size: int, *, by_bytes: bool) -> int:
 
 def run_ours(path: Path, work: Path) -> dict[str, Any]:
     from ._common import create_lake
+    from .bench_apply import instrument
 
     shutil.rmtree(work, ignore_errors=True)
-    t0 = time.perf_counter()
-    report = create_lake(work).ingest(path)
-    return {"seconds": time.perf_counter() - t0, "extracted": report.extracted, "accepted": report.accepted,
-            "quarantined": report.quarantined, "version": report.version, **_parts(report)}
+    lake = create_lake(work)
+    ph = instrument(lake)  # where the time goes, for a row whose target is missed (a few wrapped calls per part)
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = lake.ingest(path)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "cpu_s": time.process_time() - c0, "extracted": report.extracted,
+            "accepted": report.accepted, "quarantined": report.quarantined, "version": report.version,
+            "phases": ph.table(seconds), "files": len(report.files), **_parts(report)}
 
 
 def _parts(report: Any) -> dict[str, Any]:
@@ -85,15 +93,38 @@ def run_polars(path: Path, work: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         df = pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
+        extracted = df.height
+        df = (df.sort("position").unique("order_id", keep="last")  # the fold: last event by position wins
+              .with_columns((pl.col("kind") == "delete").alias("deleted")))
         write_deltalake(str(work), df.drop("schema_version", "kind").to_arrow(), partition_by=["event_day"])
     except Exception as exc:  # noqa: BLE001 - all-or-nothing: report how it failed, with its peak
         return {"seconds": time.perf_counter() - t0, "failed": f"{type(exc).__name__}: {str(exc)[:100]}"}
-    return {"seconds": time.perf_counter() - t0, "extracted": df.height, "accepted": df.height, "quarantined": 0}
+    return {"seconds": time.perf_counter() - t0, "extracted": extracted, "accepted": extracted, "quarantined": 0,
+            "rows": df.height}
+
+
+COMPARED = ("order_id", "position", "amount_cents", "event_day")
+
+
+def compare(ours: Path, polars_dir: Path) -> dict[str, Any]:
+    """Both sides' current rows (tombstones left out), sorted by order: equal or not, and the counts."""
+    import polars as pl
+
+    from delta_release.lake import Lake
+
+    mine = Lake.open(ours).read().select(COMPARED)
+    theirs = pl.read_delta(str(polars_dir)).filter(~pl.col("deleted")).select(COMPARED)
+    mine, theirs = (f.with_columns(pl.col(c).cast(pl.Int64) for c in COMPARED[1:]).sort("order_id")
+                    for f in (mine, theirs))
+    return {"same_rows": mine.equals(theirs), "ours_rows": mine.height, "polars_rows": theirs.height}
 
 
 def main(argv: list[str]) -> None:
     if argv[0] == "build":
         print(build(argv[1], int(argv[2]), Path(argv[3])))
+        return
+    if argv[0] == "compare":
+        emit(compare(Path(argv[1]), Path(argv[2])))
         return
     contender, path, work = argv[1], Path(argv[2]), Path(argv[3])
     from .bench_apply import warm_imports
@@ -102,7 +133,8 @@ def main(argv: list[str]) -> None:
     import delta_release  # noqa: F401
 
     emit({"ours": run_ours, "polars": run_polars}[contender](path, work))
-    shutil.rmtree(work, ignore_errors=True)
+    if argv[4:] != ["keep"]:  # kept for `compare`, which the runner calls next
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def run(kind: str, mode: str, work: Path, n: int, events: int) -> dict[str, Any]
                 return replace_partitions(ctx, parent, parts, operation="bench-base", batch_ids=["bench-base"],
                                           details={"changed_keys": frame.height})
 
-        write(lake.table("orders"), Base())
+        write(lake.table("orders"), Base())  # (the table's first commit: it leaves the key index built)
         del lake
     else:
         from deltalake import write_deltalake

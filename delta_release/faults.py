@@ -63,3 +63,28 @@ def crash_window(name: str) -> Iterator[None]:
 def armed() -> str | None:
     """The crash point armed in this process, if any (for the drill's own evidence)."""
     return _TARGET
+
+
+EXIT_ONCE_ENV = "DELTA_RELEASE_EXIT_ONCE"
+
+
+def exit_once_spec() -> str | None:
+    """`DELTA_RELEASE_EXIT_ONCE=<name>:<marker file>` as this process sees it now: a fault for a WORKER (a
+    distributed task), read by the driver when it submits the task and handed to it (`exit_once`)."""
+    return os.environ.get(EXIT_ONCE_ENV) or None
+
+
+def exit_once(spec: str | None, name: str) -> None:
+    """End this process with `os._exit(1)` at point `name` (a worker dying mid-task: no cleanup runs) the
+    first time only: the marker file is created before dying, and a later attempt that finds it goes on."""
+    if spec is None:
+        return
+    point, _, marker = spec.partition(":")
+    if point != name or not marker or os.path.exists(marker):
+        return
+    try:
+        with open(marker, "x", encoding="utf-8") as handle:  # one process wins: the others go on
+            handle.write(str(os.getpid()))
+    except FileExistsError:
+        return
+    os._exit(1)

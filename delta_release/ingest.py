@@ -115,14 +115,14 @@ class ApplyEvents(Plan):
                 return Change(operation=self.operation, batch_ids=self.batch_ids)
             change = replace_files(removes, stream, locations=self.applied.locations, operation=self.operation,
                                    batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
-            change.hashed_locations = self.applied.hashed_locations
+            change.hashed_locations, change.changed = self.applied.hashed_locations, self.applied.changed
             return change
         self.applied = plan_apply(self.events, parent_reader(ctx, parent))
         if self.applied.empty:
             return Change(operation=self.operation, batch_ids=self.batch_ids)
         change = replace_partitions(ctx, parent, self.applied.partitions, operation=self.operation,
                                     batch_ids=self.batch_ids, details={"changed_keys": self.applied.changed_keys})
-        change.locations = self.applied.locations
+        change.locations, change.changed = self.applied.locations, self.applied.changed
         return change
 
 

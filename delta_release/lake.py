@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,15 @@ from .clock import Clock, SystemClock
 from .commit.writer import recover_publication
 from .context import CatalogPublisher, LakeContext
 from .contract.parts import max_part_bytes
+from .distributed import check_executor, ingest_file_on
+from .distributed.catalog import WorkerCatalog
 from .erasure import ErasureLedger, load_key
 from .erasure.reader import ErasureReader
 from .erasure.records import PendingItem
 from .errors import ConfigError, InputError, rust_panic
 from .external import GateReport, PublishReport, gate_manifest, load_manifest, publish_manifest
 from .external.publish import check_publish_target
-from .gateway.catalog import Catalog, Publication, SqliteCatalog
+from .gateway.catalog import Catalog, Publication, SqliteCatalog, TableEntry
 from .gateway.lake_catalog import SQLITE_PATH, LakeCatalog, catalog_for, check_own_catalog
 from .gateway.locations import inside
 from .gateway.reader import Gateway
@@ -57,6 +60,23 @@ from .storage import Storage
 from .tables import DEFAULT_TABLE, DEFAULT_TABLES_DIR, TableDef, load_table_defs
 
 CATALOG_ENV = "DELTA_RELEASE_CATALOG"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Reopen:
+    """The driver's lake, opened again in a worker process (distributed/: picklable, so Ray ships it to each
+    task), with the driver's table entries as its catalog (workers resolve locations, never publish)."""
+
+    root: str
+    storage_options: dict[str, str]
+    tables: dict[str, TableDef]
+    clock: Clock
+    entries: tuple[TableEntry, ...]
+
+    def __call__(self) -> Lake:
+        use_system_arrow_pool()
+        return Lake(Storage(self.root, self.storage_options or None), catalog=WorkerCatalog(self.entries),
+                    clock=self.clock, tables=self.tables)
 
 
 class Lake(LakeContext):
@@ -155,17 +175,37 @@ class Lake(LakeContext):
 
     # -- the user's verbs ------------------------------------------------------------------------
     def ingest(self, source: str | os.PathLike[str] | bytes, *, table: str = DEFAULT_TABLE,
-               publish: bool = True) -> IngestReport:
+               publish: bool = True, executor: str = "local") -> IngestReport:
         """Ingest one JSONL batch (a path or its bytes): decode, keep raw, quarantine rejects, apply by
         position, stage, gate, commit strictly, publish. Re-ingesting a batch is a no-op (`duplicate`).
 
         publish=False commits without publishing (a release run publishes on ship). Raises InputError
         (unreadable file), ReconciliationError, StaleParentError (after bounded retries). A file larger
         than the part limit (256 MiB, DELTA_RELEASE_MAX_PART_BYTES) is received in parts and published
-        once, after the last (delta_release/parts.py); the report's `parts` lists them."""
+        once, after the last (delta_release/parts.py); the report's `parts` lists them.
+
+        executor="ray" runs such a file (on a bucketed table) on a Ray cluster: the one `RAY_ADDRESS` names,
+        else a local one with this machine's cores. Workers decode and stage, this process gates and makes
+        the one commit (distributed/); the table and counts are those of "local". Needs the extra
+        `delta-release[distributed]` (else InputError naming it); a lake on local disk with a cluster
+        that has nodes on other machines is refused (InputError)."""
+        check_executor(executor)
         if isinstance(source, bytes):
             return ingest_batch(self, source, table=table, publish=publish)
-        return ingest_file(self, source, table=table, publish=publish)  # in parts past the part limit
+        if executor == "local":
+            return ingest_file(self, source, table=table, publish=publish)  # in parts past the part limit
+        return ingest_file_on(executor, self, source, table=table, publish=publish, opener=self._reopener())
+
+    @staticmethod
+    def check_executor(executor: str) -> str:
+        """`executor` ("local" or "ray") if it can run here: InputError (exit 2) naming what to install
+        for "ray" without Ray, or an unknown name."""
+        return check_executor(executor)
+
+    def _reopener(self) -> _Reopen:
+        return _Reopen(root=self.storage.root, storage_options=dict(self.storage.storage_options or {}),
+                       tables=dict(self.tables), clock=self.clock,
+                       entries=tuple(e for name in self.tables if (e := self.catalog.table(name)) is not None))
 
     @staticmethod
     def part_limit() -> int:

@@ -11,7 +11,9 @@ at a time. Then:
   (the groups never share a (day, bucket) file), so each (day, bucket) file is written once per ingest,
   in ONE stage, gate and strict commit (deferred) recording every part's batch id. The same-position
   check runs over the whole file (a group of positions at a time), so the counts, quarantine and table
-  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill;
+  equal those of ingesting the whole file at once. A stale parent rebuilds the plan from the spill. The
+  map of a part (`map_part`), the same-position check of a group (`reused_in`) and the reduce of a group
+  (`fold_group`) are functions of their own: `distributed/` runs them as Ray tasks (`--executor ray`);
 - on a table without buckets, each part is its own strict commit (deferred), in file order; the
   same-position check is per part (a position reused in a later part is judged as between batches: a
   conflict with the order's current row is quarantined).
@@ -40,8 +42,9 @@ import json
 import os
 import tempfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -49,8 +52,8 @@ import polars as pl
 from . import _delta, index, progress
 from ._malloc import fix_mmap_threshold, use_system_arrow_pool
 from .apply.bucketed import Stream, plan_bucketed
-from .apply.fold import Columns, Conflict
-from .commit.writer import Change, Plan, StagedCandidate, write
+from .apply.fold import ApplyPlan, Columns, Conflict
+from .commit.writer import Change, Plan, StagedCandidate, WriteResult, write
 from .context import LakeContext, TableContext
 from .contract import Reason, Reject
 from .contract.decode import CONTENT, count_reasons
@@ -65,16 +68,26 @@ from .stage.buckets import BUCKET_COLUMN, bucket_of_path, with_buckets
 from .tables import DEFAULT_TABLE
 
 
+class PartsRunner(Protocol):
+    """What ingests a file in parts on a bucketed table: `ingest_parts_once` (this process), or an executor
+    that maps and reduces on a cluster (distributed/); same arguments, same report."""
+
+    def __call__(self, lake: LakeContext, path: str | os.PathLike[str], ranges: list[tuple[int, int]], *,
+                 table: str, publish: bool) -> IngestReport: ...
+
+
 def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str = DEFAULT_TABLE,
-                publish: bool = True, max_part: int | None = None) -> IngestReport:
-    """Ingest a batch file: as one batch, or in parts past the part limit (module docstring)."""
+                publish: bool = True, max_part: int | None = None, in_parts: PartsRunner | None = None
+                ) -> IngestReport:
+    """Ingest a batch file: as one batch, or in parts past the part limit (module docstring). `in_parts`
+    runs a file in parts on a bucketed table (default `ingest_parts_once`, in this process)."""
     fix_mmap_threshold()  # else glibc's heaps keep freed MiB blocks and grow part after part (_malloc.py)
     use_system_arrow_pool()  # (a lake opened by other means than Lake.open)
     ranges = part_ranges(path, max_part_bytes(max_part)) if os.path.isfile(path) else [(0, -1)]
     if len(ranges) == 1:
         return ingest_batch(lake, read_batch_file(path), table=table, publish=publish)
     if lake.table(table).table.buckets:
-        return ingest_parts_once(lake, path, ranges, table=table, publish=publish)
+        return (in_parts or ingest_parts_once)(lake, path, ranges, table=table, publish=publish)
     return _ingest_each_part(lake, path, ranges, table=table, publish=publish)
 
 
@@ -188,7 +201,7 @@ def ingest_parts_once(lake: LakeContext, path: str | os.PathLike[str], ranges: l
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
     groups = min(len(ranges), n)
-    key = ctx.table.keyed().key
+    grouping = Grouping(key=ctx.table.keyed().key, buckets=n, groups=groups)
     hasher = ctx.erasures.subject_key
     with tempfile.TemporaryDirectory(prefix="delta-release-parts-") as spill:
         parts: list[_Part] = []
@@ -197,14 +210,12 @@ def ingest_parts_once(lake: LakeContext, path: str | os.PathLike[str], ranges: l
             progress.item(f"part {number}/{len(ranges)}", size)  # the bar of the CLI's `progress.work`, if any
             batch = read_batch_file(path, offset=offset, length=size)  # this part only: hashed and decoded
             with RawCopy(batch, lake.raw, received=lake.clock.now(), size=batch.size) as raw:
-                events = batch.decoded.events.with_columns(pl.col("line") + (first_line - 1))  # file lines
-                grouped = with_buckets(events, key, n, hasher).with_columns(
-                    (pl.col(BUCKET_COLUMN) % groups).alias(GROUP_COLUMN)).drop(BUCKET_COLUMN)
-                for (g,), frame in grouped.partition_by(GROUP_COLUMN, as_dict=True).items():
-                    frame.drop(GROUP_COLUMN).write_parquet(_spill_path(spill, int(g), number))
-                for (g,), frame in _positions(events, groups).partition_by(GROUP_COLUMN, as_dict=True).items():
-                    frame.drop(GROUP_COLUMN).write_parquet(_spill_path(spill, int(g), number, "q"))
-                del events, grouped
+                by_group, by_position = map_part(batch, grouping, hasher, line_shift=first_line - 1)  # file lines
+                for g, frame in by_group.items():
+                    frame.write_parquet(_spill_path(spill, g, number))
+                for g, frame in by_position.items():
+                    frame.write_parquet(_spill_path(spill, g, number, "q"))
+                del by_group, by_position
                 raw.kept()
             decoded = batch.decoded
             parts.append(_Part(number=number, batch=batch, first_line=first_line, offset=offset, size=size,
@@ -219,6 +230,12 @@ def ingest_parts_once(lake: LakeContext, path: str | os.PathLike[str], ranges: l
         upkeep.before_work(ctx)
         plan = _PartsPlan(lake, parts, spill, groups=groups, buckets=n, reused=reused)
         result = write(ctx, plan, publish_now=False)
+    return parts_report(lake, table, parts, plan, result, publish=publish)
+
+
+def parts_report(lake: LakeContext, table: str, parts: list[_Part], plan: _PartsPlan, result: WriteResult, *,
+                 publish: bool) -> IngestReport:
+    """After the one commit of a file in parts (whichever executor ran it): publish, and the report."""
     version = committed = result.version
     if publish:
         publish_parts(lake, table, [p.batch_id for p in parts],
@@ -243,6 +260,33 @@ def ingest_parts_once(lake: LakeContext, path: str | os.PathLike[str], ranges: l
         removed=[r.path for r in staged.removes] if committed is not None else [], parts=rows)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grouping:
+    """How a file's events are split between the plan's groups: `groups` groups of the table's `buckets`
+    buckets (bucket % groups) by the keyed hash of `key`, and as many groups of positions."""
+
+    key: str
+    buckets: int
+    groups: int
+
+
+def map_part(batch: FileBatch, grouping: Grouping, hasher: Callable[[str], str], *, line_shift: int
+             ) -> tuple[dict[int, pl.DataFrame], dict[int, pl.DataFrame]]:
+    """The map of one decoded part: its events by group of buckets, and each event's (position, line,
+    content hash) by group of positions (`_positions`); lines moved by `line_shift` (the part's first file
+    line - 1, or 0 to keep the part's own lines). Groups without events are absent."""
+    events = batch.decoded.events.with_columns(pl.col("line") + line_shift)
+    grouped = with_buckets(events, grouping.key, grouping.buckets, hasher).with_columns(
+        (pl.col(BUCKET_COLUMN) % grouping.groups).alias(GROUP_COLUMN)).drop(BUCKET_COLUMN)
+    by_group = {int(g): frame.drop(GROUP_COLUMN)
+                for (g,), frame in grouped.partition_by(GROUP_COLUMN, as_dict=True).items()}
+    del grouped
+    by_position = {int(g): frame.drop(GROUP_COLUMN)
+                   for (g,), frame in _positions(events, grouping.groups).partition_by(GROUP_COLUMN, as_dict=True)
+                   .items()}
+    return by_group, by_position
+
+
 def _spill_path(spill: str, group: int, number: int, kind: str = "g") -> str:
     return os.path.join(spill, f"{kind}{group:04d}-p{number:06d}.parquet")
 
@@ -265,13 +309,17 @@ def _reused_positions(spill: str, parts: list[_Part], groups: int) -> pl.Series:
     bad: list[pl.Series] = [pl.Series("line", [], dtype=pl.Int64)]
     for g in range(groups):
         frames = [pl.read_parquet(s) for p in parts if os.path.exists(s := _spill_path(spill, g, p.number, "q"))]
-        if not frames:
-            continue
-        seen = pl.concat(frames)
-        first = pl.col(CONTENT_COLUMN).sort_by("line").first().over("position")
-        bad.append(seen.filter((pl.len().over("position") > 1) & (pl.col(CONTENT_COLUMN) != first))["line"]
-                   .cast(pl.Int64))
+        if frames:
+            bad.append(reused_in(frames))
     return pl.concat(bad).sort()
+
+
+def reused_in(frames: list[pl.DataFrame]) -> pl.Series:
+    """Of one group of positions (every part's (position, line, content hash) of it, in file lines): the
+    lines whose position an earlier line holds with other content."""
+    seen = pl.concat(frames)
+    first = pl.col(CONTENT_COLUMN).sort_by("line").first().over("position")
+    return seen.filter((pl.len().over("position") > 1) & (pl.col(CONTENT_COLUMN) != first))["line"].cast(pl.Int64)
 
 
 class _PartsPlan(Plan):
@@ -299,12 +347,7 @@ class _PartsPlan(Plan):
         return self.parts[bisect.bisect_right(self.starts, line) - 1]
 
     def build(self, ctx: TableContext, parent: int) -> Change:
-        for part in self.parts:
-            part.duplicate = _already_applied(self.lake, ctx, part.batch_id, parent)
-            part.rejects = []
-        live = [p for p in self.parts if not p.duplicate]
-        change = Change(operation="ingest", batch_ids=[p.batch_id for p in live], removes=[], locations={},
-                        details={"changed_keys": 0})
+        live, change = self.start(ctx, parent)
         if not live:
             return change
         stream = self._stream(ctx, parent, live, change)
@@ -315,43 +358,57 @@ class _PartsPlan(Plan):
         change.stream = itertools.chain([first], stream)
         return change
 
+    def start(self, ctx: TableContext, parent: int) -> tuple[list[_Part], Change]:
+        """An attempt on `parent`: the parts not yet applied there (each part's plan-made rejects cleared),
+        and the empty change that will apply them."""
+        for part in self.parts:
+            part.duplicate = _already_applied(self.lake, ctx, part.batch_id, parent)
+            part.rejects = []
+        live = [p for p in self.parts if not p.duplicate]
+        return live, Change(operation="ingest", batch_ids=[p.batch_id for p in live], removes=[], locations={},
+                            details={"changed_keys": 0})
+
+    def chosen_groups(self, ctx: TableContext, parent: int) -> list[tuple[list[int], set[int] | None]]:
+        """The groups planned together, each with the buckets it may touch (None: any). An untagged
+        (pre-bucket) file holds any bucket and is rewritten whole by whoever touches its day: with one in the
+        parent, the groups are planned as one (correct; memory then the file's, not a part's)."""
+        everything = list(range(self.groups))
+        if any(bucket_of_path(e.path, self.buckets) is None
+               for e in _delta.file_entries(ctx.uri, ctx.storage_options, parent)):
+            return [(everything, None)]
+        return [([g], {b for b in range(self.buckets) if b % self.groups == g}) for g in everything]
+
+    def add_rejects(self, rejects: list[Reject]) -> None:
+        """The plan's rejects (file lines), by part, with the line's span (the ledger then reads no raw batch)."""
+        for r in rejects:
+            part = self._part_of(r.line)
+            line = part.local(r.line)
+            raw = None if r.reason == Reason.ERASED_SUBJECT else part.batch.line_text(line)
+            offset, length = part.batch.decoded.span(line)
+            part.rejects.append(dataclasses.replace(r, line=line, raw=raw, offset=offset, length=length))
+
     def _stream(self, ctx: TableContext, parent: int, live: list[_Part], change: Change) -> Stream:
         hashes: list[Any] = []
         days: list[Any] = []
         cols = Columns.of(ctx.table)
-        everything = list(range(self.groups))
-        # An untagged (pre-bucket) file holds any bucket and is rewritten whole by whoever touches its day:
-        # with one in the parent, the groups are planned as one (correct; memory then the file's, not a part's)
-        legacy = any(bucket_of_path(e.path, self.buckets) is None
-                     for e in _delta.file_entries(ctx.uri, ctx.storage_options, parent))
-        for chosen in [everything] if legacy else [[g] for g in everything]:
+        for chosen, only in self.chosen_groups(ctx, parent):
             paths = [_spill_path(self.spill, g, p.number) for g in chosen for p in live]
             frames = [pl.read_parquet(s) for s in paths if os.path.exists(s)]
             if not frames:
                 continue
             events = pl.concat(frames) if len(chosen) == 1 else pl.concat(frames).sort("line")  # file order
-            events, repeats = _without_lines(events, self.reused, cols.key)
             del frames
-            events, blocked = erasure_filter(self.lake, events)
-            only = None if legacy else {b for b in range(self.buckets) if b % self.groups in chosen}
-            applied, removes, stream = plan_bucketed(ctx, parent, events, only_buckets=only)
+            fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only)
             del events
-            conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
-                                order_id=c.order_id) for c in [*repeats, *applied.conflicts]]
-            for r in [*blocked, *conflicts]:  # by part, with the line's span (the ledger then reads no raw batch)
-                part = self._part_of(r.line)
-                line = part.local(r.line)
-                raw = None if r.reason == Reason.ERASED_SUBJECT else part.batch.line_text(line)
-                offset, length = part.batch.decoded.span(line)
-                part.rejects.append(dataclasses.replace(r, line=line, raw=raw, offset=offset, length=length))
-            if stream is None:
+            self.add_rejects(fold.rejects)
+            if fold.stream is None:
                 continue
-            change.removes.extend(removes)
-            change.details["changed_keys"] += applied.changed_keys
-            if applied.hashed_locations is not None:
-                hashes.append(applied.hashed_locations[0])
-                days.append(applied.hashed_locations[1])
-            yield from stream
+            change.removes.extend(fold.removes)
+            change.details["changed_keys"] += fold.applied.changed_keys
+            if fold.applied.hashed_locations is not None:
+                hashes.append(fold.applied.hashed_locations[0])
+                days.append(fold.applied.hashed_locations[1])
+            yield from fold.stream
             crash_point("parts.after_group")
         if hashes:
             change.hashed_locations = (np.concatenate(hashes), np.concatenate(days))
@@ -366,6 +423,30 @@ class _PartsPlan(Plan):
                 raise ReconciliationError(part.batch_id, extracted, accepted, len(rejects))
             self.lake.quarantine.write(part.batch_id, rejects, self.lake.erasures.subject_key, part.batch)
         crash_point("ingest.after_quarantine")
+
+
+@dataclass(slots=True, kw_only=True)
+class GroupFold:
+    """The reduce of one group of buckets on a parent: its plan, the parent files it replaces, the lazy
+    stream of their new content (None: nothing to commit) and its rejects (file lines; no text, no span)."""
+
+    applied: ApplyPlan
+    removes: list[_delta.FileEntry]
+    stream: Stream | None
+    rejects: list[Reject]
+
+
+def fold_group(lake: LakeContext, ctx: TableContext, parent: int, events: pl.DataFrame, *, reused: pl.Series,
+               key: str, only: set[int] | None) -> GroupFold:
+    """The reduce of one group: every part's events of its buckets (file lines, file order) without the lines
+    whose position an earlier line holds with other content (`reused`), filtered for erased subjects,
+    planned on `parent` by `plan_bucketed` restricted to the group's buckets (`only`; None: any)."""
+    events, repeats = _without_lines(events, reused, key)
+    events, blocked = erasure_filter(lake, events)
+    applied, removes, stream = plan_bucketed(ctx, parent, events, only_buckets=only)
+    conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
+                        order_id=c.order_id) for c in [*repeats, *applied.conflicts]]
+    return GroupFold(applied=applied, removes=removes, stream=stream, rejects=[*blocked, *conflicts])
 
 
 def _without_lines(events: pl.DataFrame, lines: pl.Series, key: str) -> tuple[pl.DataFrame, list[Conflict]]:

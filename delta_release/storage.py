@@ -26,7 +26,8 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -49,10 +50,11 @@ from .faults import crash_point
 # temp files an earlier version left next to their final names). A temp file is stale when the process
 # that wrote it is gone (same host, pid not running) or it is older than the grace.
 # Durability is what it was when temps sat next to their final names: the data is fsynced before the
-# rename/link and no directory is fsynced, before or now (a rename or link across two directories of one
-# filesystem is one journal transaction on ext4/xfs, as it was within one; after a power cut a new name may
-# be missing, as before, never half-written). A `_tmp` lost in a power cut costs nothing: no reader looks
-# there.
+# rename/link (except `write_once(durable=False)`, whose caller syncs the file and its folder later: staged
+# files, `sync`, docs/architecture.md decision 12) and no other directory is fsynced, before or now (a
+# rename or link across two directories of one filesystem is one journal transaction on ext4/xfs, as it
+# was within one; after a power cut a new name may be missing, as before, never half-written). A `_tmp`
+# lost in a power cut costs nothing: no reader looks there.
 # Another filesystem below a root (a disk mounted at, or a symlink from, `lake/_index` or `lake/_raw`): a
 # rename or link from the root's `_tmp` fails with EXDEV. The write then learns the folder just below the
 # filesystem boundary (the topmost folder of the final name's path, below the root, on the final name's
@@ -165,6 +167,18 @@ def _spooled(data: Body) -> Iterator[bytes | bytearray | mmap.mmap]:
             yield mapped
         finally:
             mapped.close()
+
+
+SYNC_THREADS = 8  # fsyncs in flight at once (`Storage.sync`)
+
+
+def _fsync(path: str) -> None:
+    """fsync a file or a folder by its path (a read-only descriptor: Linux and the BSDs flush through it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def map_file(handle: BinaryIO) -> tuple[bytes | mmap.mmap, mmap.mmap | None]:
@@ -284,8 +298,6 @@ class Storage:
         try:
             if len(ranges) == 1:
                 return [one(ranges[0])]
-            from concurrent.futures import ThreadPoolExecutor
-
             with ThreadPoolExecutor(max_workers=16) as pool:
                 return list(pool.map(one, ranges))
         except NotFoundError as exc:
@@ -398,19 +410,21 @@ class Storage:
 
         obstore.put(self._obstore(), rel.strip("/"), data, mode="overwrite")
 
-    def write_once(self, rel: str, data: Body, *, mode: int | None = None) -> bool:
+    def write_once(self, rel: str, data: Body, *, mode: int | None = None, durable: bool = True) -> bool:
         """Create `rel` with `data` unless it exists. Returns True when this call created it.
 
         Atomic on both stores: on local disk the final name is taken with a hard link, which fails if the
         name exists, so two writers can never replace each other's bytes and a reader never sees a
         half-written file; on S3 the PUT carries `If-None-Match: *` and the server refuses the loser
         (412). `mode` sets the local file's permission bits (e.g. 0o600 for a secret) before it appears.
+        `durable=False` (local disk): the data is not fsynced here; the caller calls `sync` on the file
+        before anything refers to it (staging writes a candidate's files, then syncs them all at once).
         """
         full = self._full(rel)
         parent = full.rsplit("/", 1)[0]
         self._ensure_dir(parent)
         if self.is_local:
-            return self._move_in(parent, full, data, mode, link=True)
+            return self._move_in(parent, full, data, mode, link=True, durable=durable)
         import obstore
         from obstore.exceptions import AlreadyExistsError, PermissionDeniedError, PreconditionError
 
@@ -424,6 +438,23 @@ class Storage:
             # (A PUT retried after a lost response lands here too: callers that must tell "ours" from
             # "theirs" compare the stored bytes, which carry a writer id where it matters.)
             return False
+
+    def sync(self, rels: Collection[str]) -> None:
+        """Make files written with `durable=False` durable, and their names: on local disk each file is
+        fsynced, then each folder holding one of them ONCE (the entry of a new name is the folder's data:
+        POSIX makes it durable only by an fsync of the folder), on up to SYNC_THREADS threads (fsync
+        releases the GIL, and a filesystem's journal commits concurrent fsyncs together). On an object
+        store nothing: a PUT is durable when it returns."""
+        if not self.is_local or not rels:
+            return
+        files = [self._full(rel) for rel in rels]
+        folders = sorted({f.rsplit("/", 1)[0] for f in files})
+        with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(files)), thread_name_prefix="sync") as pool:
+            for _ in pool.map(_fsync, files):
+                pass
+            crash_point("storage.sync.after_files")
+            for _ in pool.map(_fsync, folders):
+                pass
 
     def read_tagged(self, rel: str) -> tuple[bytes, str] | None:
         """The bytes of `rel` and their version tag (S3 ETag; a sha256 on local disk), or None if absent."""

@@ -408,6 +408,7 @@ def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, k
     removes = [e for d in days for e in replaced[d]]
     new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
+    plan.changed = rows[key]
     plan.hashed_locations = _moved_locations(rows, key, part, n, ctx.erasures.subject_key)
     kept.only({e.path for e in removes})  # the others go now
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)

@@ -83,6 +83,7 @@ class ApplyPlan:
     locations: dict[str, int | None] = field(default_factory=dict)  # key -> its partition after the change
     # the same, for keys whose keyed hash the plan computed: (S32 hashes, int32 partitions; -1: null)
     hashed_locations: tuple[Any, Any] | None = None
+    changed: pl.Series | None = None  # the key of every new row (changed, moved or tombstoned): the key filter
 
     @property
     def empty(self) -> bool:
@@ -273,6 +274,7 @@ def plan_apply(events: pl.DataFrame, read_rows: ReadRows, cols: Columns = ORDERS
     for day in affected:
         plan.partitions[day] = parts.get((day,), cols.empty())
     plan.changed_keys = rows.height
+    plan.changed = rows[key]
     plan.locations = dict(zip(rows[key].to_list(), rows[part].to_list(), strict=True))
     return plan
 

@@ -24,8 +24,11 @@ def _batch_text(r: dict[str, Any]) -> str:
 @click.command()
 @click.argument("path", metavar="BATCH", type=str)
 @click.option("--create", is_flag=True, help=CREATE_HELP)
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where a file in parts runs: this process, or a Ray cluster ($RAY_ADDRESS, else a local one; "
+                   "needs delta-release[distributed]).")
 @command_options
-def ingest(opts: Options, path: str, create: bool) -> None:
+def ingest(opts: Options, path: str, create: bool, executor: str) -> None:
     """Decode, keep raw, quarantine, apply, gate, commit and publish one JSONL batch."""
     if not path.strip():  # (Path("") is ".": "batch file is a directory: ." said nothing useful)
         raise InputError("batch path is empty", path=path)
@@ -37,10 +40,11 @@ def ingest(opts: Options, path: str, create: bool) -> None:
     from ..lake import Lake
 
     Lake.part_limit()  # a bad DELTA_RELEASE_MAX_PART_BYTES is refused before the lake is opened
+    Lake.check_executor(executor)  # and --executor ray without Ray installed
 
     size = batch.stat().st_size
     with progress.work(f"ingest {batch.name}", size, phases=progress.INGEST_PHASES, parts=True):  # bytes, ETA
-        report = open_lake(opts, create=create).ingest(batch).to_json()
+        report = open_lake(opts, create=create).ingest(batch, executor=executor).to_json()
     emit(opts, report, _batch_text(report))
 
 

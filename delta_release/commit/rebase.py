@@ -10,8 +10,14 @@ plan says yes, and only when every commit in between is provably independent of 
 - none of them applied one of our batch ids (a duplicate: the rebuild skips it);
 - none of them removed a file our candidate removes (same partition or bucket rewritten: our staged
   copy of it would resurrect what they replaced);
-- none of the files they added holds one of our batch's keys (read from those files' key column, so it
-  covers an order both writers placed in different new partitions, where no file is shared).
+- none of them changed one of our batch's keys (it covers an order both writers placed in different new
+  partitions, where no file is shared). Decided from what they RECORDED: each ingest's evidence holds a
+  filter of the keys it changed (`evidence.KeyFilter`: sorted leading 32 or 64 bits of keyed hashes under
+  a key derived from the lake secret: no id, and not the erasure ledger's hashes), tested with our keys'
+  digests; no data file is read. A false match (odds <= 2**-20 per key of ours and commit; always for a
+  commit that changed more than FILTER_MAX_KEYS keys, which records `all`) only means a rebuild. A
+  commit made before filters were recorded has none: then the key column of every file it added is
+  read, as before (a superset of the keys it changed: the rows of the files it rewrote).
 
 Then the candidate's adds and removes mean the same on the new parent as on the old one, and the same
 staged files are committed (strictly) on the new parent: nothing is decoded, folded, staged or gated
@@ -44,6 +50,7 @@ def independent_since(ctx: TableContext, staged: StagedCandidate, new_parent: in
     ours_removed = {r.path for r in staged.removes}
     ours_batches = set(batch_ids)
     key_series = pl.Series("k", sorted(set(keys)), dtype=pl.String)
+    ours: bytes | None = None  # our keys' filter digests, computed at the first commit with a filter
     for version in range(staged.parent + 1, new_parent + 1):
         raw = _delta.version_evidence(ctx.uri, ctx.storage_options, version)
         if raw is None:
@@ -54,7 +61,14 @@ def independent_since(ctx: TableContext, staged: StagedCandidate, new_parent: in
             return False
         if ours_batches.intersection(theirs.batch_ids) or ours_removed.intersection(theirs.removed):
             return False
-        if key_series.len() and _any_key_in(ctx, [f.path for f in theirs.files], key_series):
+        if not key_series.len():
+            continue
+        if theirs.key_filter is not None:
+            if ours is None:
+                ours = ctx.erasures.filter_digests(key_series)
+            if theirs.key_filter.may_hold(ours):
+                return False
+        elif _any_key_in(ctx, [f.path for f in theirs.files], key_series):  # recorded no filter
             return False
     return True
 

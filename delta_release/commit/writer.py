@@ -39,7 +39,7 @@ import polars as pl
 from .. import _delta, index, progress
 from ..context import TableContext
 from ..errors import InputError, NotFoundError, StaleParentError
-from ..evidence import DEFERRED, IMMEDIATE, CommitEvidence, FileRecord
+from ..evidence import DEFERRED, FILTER_MAX_KEYS, IMMEDIATE, CommitEvidence, FileRecord, KeyFilter
 from ..faults import crash_point, crash_window
 from ..gateway.catalog import Publication
 from ..stage import Candidate, gate_candidate, stage_partitions
@@ -108,10 +108,17 @@ class Change:
     locations: dict[str, Any] | None = None
     gone_keys: list[str] = field(default_factory=list)
     hashed_locations: tuple[Any, Any] | None = None  # more locations, by keyed hash (index/keys.py `record`)
+    # Or: files already staged elsewhere for this parent (by workers: distributed/), with their evidence;
+    # gated here like the writer's own, and discarded like them (a failed gate, a stale parent)
+    prestaged: Candidate | None = None
+    # Every key whose row this change writes, moves or tombstones (an ingest's fold: its new rows), for the
+    # evidence's key filter (commit/rebase.py). None: not recorded; a rebase over it reads its files.
+    changed: pl.Series | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.partitions and self.stream is None and not self.existing and not self.removes
+        return (not self.partitions and self.stream is None and not self.existing and not self.removes
+                and self.prestaged is None)
 
 
 class Plan:
@@ -226,7 +233,12 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     change = plan.build(ctx, parent)
     candidate: Candidate | None = None
     try:
-        if change.partitions or change.stream is not None:
+        if change.prestaged is not None:
+            candidate = change.prestaged
+            progress.phase("gate")
+            gate_candidate(ctx.storage, candidate)
+            crash_point("ingest.after_gate")
+        elif change.partitions or change.stream is not None:
             tdef = ctx.table
             progress.phase("stage")
             candidate = stage_partitions(ctx.storage, table=ctx.name, parent=parent, batch_ids=change.batch_ids,
@@ -247,8 +259,19 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     evidence = CommitEvidence(operation=change.operation, table=ctx.name, parent=parent,
                               candidate=candidate.candidate_id if candidate else None, batch_ids=change.batch_ids,
                               files=files, removed=[r.path for r in change.removes], publication=publication,
-                              details=change.details)
+                              details=change.details, key_filter=key_filter_of(ctx, change.changed))
     return StagedCandidate(table=ctx.name, parent=parent, change=change, staged=candidate, evidence=evidence)
+
+
+def key_filter_of(ctx: TableContext, keys: pl.Series | None) -> KeyFilter | None:
+    """The evidence's filter of `keys` (None stays None); over FILTER_MAX_KEYS keys `all`, without hashing
+    (nor a pass over a backfill's keys: a fold's new rows hold each key once)."""
+    if keys is None:
+        return None
+    if keys.len() > FILTER_MAX_KEYS:
+        return KeyFilter(keys=keys.len(), all=True)
+    keys = keys.unique()
+    return KeyFilter.of(ctx.erasures.filter_digests(keys))
 
 
 def commit(ctx: TableContext, staged: StagedCandidate, *, keep_on_stale: bool = False) -> int:

@@ -4,9 +4,10 @@ The drill is a table (`WRITERS`): writer -> command line -> setup -> crash point
 Writers: `ingest` (and `ingest-parts`: the same batch as a file over the part limit), `replay`, `erase`,
 `rollback --repair-forward`, `vacuum --apply`, telemetry `publish MANIFEST` (files from
 `delta_release.external.producer`) and a release `run CONFIG` (its ship). The
-writer's generic points (commit/writer.py: stage.after_first_file, ingest.after_staging,
-ingest.after_gate, commit.during, ingest.after_commit, publish.before_swap, ingest.after_publish) fire in
-every writer that commits; each command adds its own (`crash_point(` / `crash_window(` in the package);
+writer's generic points (commit/writer.py and stage/: stage.after_first_file, stage.before_sync,
+storage.sync.after_files, ingest.after_staging, ingest.after_gate, commit.during, ingest.after_commit,
+publish.before_swap, ingest.after_publish) fire in every writer that commits; each command adds its own
+(`crash_point(` / `crash_window(` in the package);
 `storage.after_temp:<dir>` points kill a write between its temp file (in `_tmp/`) and its rename into
 `<dir>`. A point listed here that the code does not declare (another branch adds it) is reported as
 `skipped`, never as passed; `declared_points()` reads the package source, and tests/drills/test_crash.py checks
@@ -110,7 +111,11 @@ def _generic(*, staged: bool, several_files: bool, published: bool = True,
     if staged and several_files:
         points.append(_p("stage.after_first_file", "during staging: after the first of several staged files"))
     if staged:
-        points += [_p("ingest.after_staging", "after staging, before the gate"),
+        # (a kill keeps the page cache: these two check that nothing is visible or committed before the
+        # staged files and their folders are durable, and that the rerun completes)
+        points += [_p("stage.before_sync", "during staging: every file written, none fsynced yet"),
+                   _p("storage.sync.after_files", "during staging: every file fsynced, their folders not yet"),
+                   _p("ingest.after_staging", "after staging, before the gate"),
                    _p("ingest.after_gate", "after the gate, before the commit")]
     points += [_p("commit.during", f"during the Delta commit (watchdog at {round(d * 1000)} ms, or at its end)",
                   delay=d) for d in delays]
@@ -121,6 +126,11 @@ def _generic(*, staged: bool, several_files: bool, published: bool = True,
                                    "COMMIT not")]
     points.append(_p("ingest.after_publish", "after the catalog update, before the command returns", after))
     return tuple(points)
+
+
+def _split(points: tuple[CrashPoint, ...], name: str = "commit.during") -> int:
+    """Where the point `name` first comes in `points` (a writer's own points go before its commit)."""
+    return next(i for i, p in enumerate(points) if p.name == name)
 
 
 # -- batches -------------------------------------------------------------------------------------
@@ -295,11 +305,11 @@ def _ingest_points() -> tuple[CrashPoint, ...]:
     g = _generic(staged=True, several_files=True, delays=(0.0, 0.003, 0.02))
     return (_p("ingest.after_raw", "after the raw write, before the quarantine"),
             _p(TEMP_PREFIX + "_raw", "raw batch written to its temp file, not renamed"),
-            *g[:3],
+            *g[:_split(g)],
             _p("ingest.after_quarantine", "after staging, the gate and the quarantine write"),
             _p(TEMP_PREFIX + "_quarantine", "quarantine ledger written to its temp file, not renamed"),
             _p(TEMP_PREFIX + "_delta_log", "the commit's log entry written to its temp file, not linked"),
-            *g[3:])
+            *g[_split(g):])
 
 
 def _parts_points() -> tuple[CrashPoint, ...]:
@@ -310,10 +320,11 @@ def _parts_points() -> tuple[CrashPoint, ...]:
             _p("parts.after_spill", "every part kept raw and spilled, nothing planned"),
             g[0],
             _p("parts.after_group", "the first group of buckets staged, the others not planned"),
-            *g[1:3],
+            *g[1:_split(g)],
             _p("ingest.after_quarantine", "after staging, the gate and every part's quarantine write"),
             # the file's commit is deferred: write()'s `ingest.after_publish` fires before the one publication
-            *g[3:-1], _p("ingest.after_publish", "after the file's deferred commit, before its one publication"))
+            *g[_split(g):-1],
+            _p("ingest.after_publish", "after the file's deferred commit, before its one publication"))
 
 
 def _run_points() -> tuple[CrashPoint, ...]:
@@ -350,9 +361,9 @@ WRITERS: tuple[Writer, ...] = (
     Writer(name="replay", summary="replay a received, unapplied batch", table="orders", setup=_setup_replay,
            batch=True, argv=lambda lake, s: ["replay", batch_id_of(CRASH_BATCH)],
            points=(_p("ingest.after_raw", "after the raw batch is re-read and kept"),
-                   *_generic(staged=True, several_files=True)[:3],
+                   *(g := _generic(staged=True, several_files=True))[:_split(g)],
                    _p("ingest.after_quarantine", "after the quarantine write"),
-                   *_generic(staged=True, several_files=True)[3:]),
+                   *g[_split(g):]),
            subset=("ingest.after_quarantine",)),
     Writer(name="erase", summary=f"erase {TARGET}", table="orders", setup=_setup_applied, erases=True,
            argv=lambda lake, s: ["erase", TARGET],

@@ -137,6 +137,7 @@ class ErasureEntry:
 
 
 _LENGTH_LABEL = b"delta-release/erased-id-length/1:"
+FILTER_LABEL = b"delta-release/rebase-filter/1\0"  # derives the key of the evidence's key filters
 MEMO_MAX = 1 << 18  # ids whose keyed hash stays in memory (about 40 MiB at most)
 
 
@@ -149,14 +150,42 @@ def _hmac_pads(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     return (hashlib.sha256(bytes(b ^ 0x36 for b in key)), hashlib.sha256(bytes(b ^ 0x5C for b in key)))
 
 
+class KeyedHash:
+    """HMAC-SHA256 under one key, of one id (the padded key states computed once) or of a whole column
+    (in Rust where polars-hash is vouched for: bulk.py)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._inner, self._outer = _hmac_pads(key)
+        self._column = ColumnHmac(key, lambda ids: b"".join(map(self.digest, ids)))
+
+    def digest(self, subject_id: str) -> bytes:
+        inner = self._inner.copy()
+        inner.update(subject_id.encode("utf-8"))
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+    def digests(self, subject_ids: Iterable[str] | pl.Series) -> bytes:
+        """The 32-byte digest of each id, concatenated in order."""
+        if isinstance(subject_ids, pl.Series):
+            fast = self._column.digests(subject_ids)
+            if fast is not None:
+                return fast
+            subject_ids = subject_ids.to_list()
+        return b"".join(map(self.digest, subject_ids))
+
+
 class ErasureLedger:
     def __init__(self, storage: Storage, key: bytes) -> None:
         self._storage = storage
         self._key = key
         self._cache: tuple[tuple[tuple[str, int], ...], list[ErasureEntry]] | None = None
-        self._inner, self._outer = _hmac_pads(key)
+        self._hash = KeyedHash(key)
+        self._digest = self._hash.digest
         self._memo: dict[str, str] = {}
-        self._column = ColumnHmac(key, lambda ids: b"".join(map(self._digest, ids)))
+        # commit evidence's rebase filters (commit/rebase.py): under a key of their own, so a filter in the
+        # Delta log (which outlives vacuum and erasure) cannot be matched against this ledger's hashes
+        self._filter_hash = KeyedHash(hashlib.sha256(FILTER_LABEL + key).hexdigest().encode())
 
     def subject_key(self, subject_id: str) -> str:
         """HMAC-SHA256 of the id under the lake secret, hex (equal to `hmac.new(key, id, sha256)`). The
@@ -177,12 +206,14 @@ class ErasureLedger:
         for each, without hex or memo). The bulk paths (a batch's buckets, key-index lookups, records and
         rebuilds, the erasure filter) hash each distinct key once with it. A Polars String column is
         hashed in Rust outside the GIL where polars-hash is vouched for (`bulk.ColumnHmac`), else here."""
-        if isinstance(subject_ids, pl.Series):
-            fast = self._column.digests(subject_ids)
-            if fast is not None:
-                return fast
-            subject_ids = subject_ids.to_list()
-        return b"".join(map(self._digest, subject_ids))
+        return self._hash.digests(subject_ids)
+
+    def filter_digests(self, subject_ids: Iterable[str] | pl.Series) -> bytes:
+        """The 32-byte digest of each id for the key filters of commit evidence (commit/rebase.py): an
+        HMAC-SHA256 under a key derived from the lake secret (sha256 of FILTER_LABEL + secret), not the
+        ledger's. Without the secret nobody can tell which ids a filter holds, and with the ledger alone
+        nobody can test an erased subject's hash against the filters of old commits."""
+        return self._filter_hash.digests(subject_ids)
 
     def seal_length(self, subject_id: str) -> int:
         """`len(subject_id)` XOR 32 bits of an HMAC of the subject's hash under the lake key (a pad of its
@@ -201,13 +232,6 @@ class ErasureLedger:
                 return None
             out.add(e.sealed_length ^ self._length_pad(e.subject))
         return out
-
-    def _digest(self, subject_id: str) -> bytes:
-        inner = self._inner.copy()
-        inner.update(subject_id.encode("utf-8"))
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()
 
     def _path(self, subject: str) -> str:
         return f"{SUBJECTS_PREFIX}/{subject}.json"

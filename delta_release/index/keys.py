@@ -41,7 +41,9 @@ A lookup at version P catches up first: the versions in (W, P] that no file cove
 after its commit, or another path committed) are rebuilt from those commits' evidence (the files each
 added, key column only) into one level-0 file per gap, then W moves to P. A missing index (no
 complete.json, or no base: e.g. the previous per-shard layout) is rebuilt from the table at P (one scan
-of the key and partition columns, hashed and sorted in pieces, then merged). Entries may be stale (an
+of the key and partition columns, hashed and sorted in pieces, then merged). A table's first commit onto
+its empty version 0 builds the index itself (an empty base, then its delta) when no lookup did, so the
+writers after a bulk load do not each rebuild it from the table at once. Entries may be stale (an
 order that left a partition): the caller reads that partition and does not find it; an order the index
 does not name is nowhere in the table. An erasure removes its subject: every index file holding its hash
 is rewritten without it (the fence and filter recomputed from the remaining hashes: the subject's bits
@@ -272,7 +274,13 @@ class KeyIndex:
         each hash of `hashed_locations`: (S32 hashes, int32 partitions, NULL_DAY for null)) in that
         partition and removed `gone`. One file write, then the writer's share of compaction."""
         if self._watermark() is None:
-            return  # no index yet: the next lookup builds it from the table, this commit included
+            if version != 1 or _delta.file_entries(self.uri, self.options, 0):
+                return  # no index yet: the next lookup builds it from the table, this commit included
+            # The first commit onto an empty table, by a writer that looked nothing up (a plan's bulk load,
+            # a backfill into an empty table): an empty base and this commit's delta, as an ingest's first
+            # lookup would have left. Else every writer that came next would rebuild the whole index from
+            # the table at once (8 writers on 2 cores: 0.71 s each, 14x a lone writer's lookup).
+            self.rebuild(0)
         runs = [self._run_of(list(locations), locations.values())]
         if hashed_locations is not None:
             runs.append(hashed_locations)

@@ -31,7 +31,7 @@ from .buckets import BUCKET_COLUMN, Hasher, tag, with_buckets
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 ROWS_PER_FILE = 1_000_000
 ROW_GROUP_ROWS = 8_192
-STAGE_THREADS = 4  # files of one group staged at once (encode, sha256, fsync release the GIL)
+STAGE_THREADS = 4  # files of one group staged at once (encode, sha256 and the write release the GIL)
 # Columns whose min/max go into the Delta log. Key columns (subject ids) never do.
 STATS_COLUMNS = ("position", "amount_cents", "currency", "ts_ms", "reading", "sensor_id")
 # Columns dictionary-encoded: the few-valued ones. A dictionary over unique values (order ids, positions,
@@ -181,9 +181,10 @@ def encode_parquet(table: pa.Table) -> bytes:
 def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: dict[str, Any],
                key: str | None, now_ms: int, bucket: str | None = None, stats: str | None = None,
                distinct_keys: int | None = None) -> FileEvidence:
-    """Write one file. `stats` / `distinct_keys`: known already (a bucket's summary); else computed here."""
+    """Write one file, not yet durable (`stage_partitions` syncs the candidate's files at once). `stats` /
+    `distinct_keys`: known already (a bucket's summary); else computed here."""
     data = encode_parquet(table)
-    if not storage.write_once(rel_path, data):  # a uuid name is never reused; refuse if it somehow is
+    if not storage.write_once(rel_path, data, durable=False):  # a uuid name is never reused; refuse if it is
         raise FileExistsError(rel_path)
     (pcol, pval), = partition.items()
     return FileEvidence(
@@ -195,6 +196,31 @@ def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: d
 
 
 Groups = Mapping[Any, pl.DataFrame] | Iterable[tuple[Any, pl.DataFrame]]
+
+
+def _bucket_pieces(frame: pl.DataFrame, key: str, buckets: int, hasher: Hasher, partition_column: str,
+                   file_schema: pa.Schema) -> list[tuple[str | None, pa.Table, dict[str, Any]]]:
+    """A group's rows split by bucket: (bucket tag, rows, what is known of them: for a bucket that fits in
+    one file, its distinct keys and, when the summary has them, its stats)."""
+    # By key, then stably by bucket: Polars sorts one string column much faster than the pair
+    # (bucket, key), whose ties it breaks by a generic compare, and a group's ~20k rows sort
+    # faster on one thread than on a pool that the encoding threads are using.
+    split = (with_buckets(frame, key, buckets, hasher).sort(key, multithreaded=False)
+             .sort(BUCKET_COLUMN, maintain_order=True, multithreaded=False))
+    summary, with_stats = _bucket_summary(split.drop(partition_column), key, file_schema)
+    data = split.drop(partition_column, BUCKET_COLUMN).to_arrow().cast(file_schema)
+    pieces: list[tuple[str | None, pa.Table, dict[str, Any]]] = []
+    offset = 0
+    for row in summary.iter_rows(named=True):
+        count = row["len"]
+        known: dict[str, Any] = {}
+        if count <= ROWS_PER_FILE:  # one file: its stats and distinct keys are the bucket's
+            known["distinct_keys"] = row["\0keys"]
+            if with_stats:
+                known["stats"] = _summary_stats(row, file_schema.names)
+        pieces.append((tag(row[BUCKET_COLUMN], buckets), data.slice(offset, count), known))
+        offset += count
+    return pieces
 
 
 def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: list[str],
@@ -217,32 +243,17 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
             pieces: list[tuple[str | None, pa.Table, dict[str, Any]]]  # (bucket, rows, what is known of them)
             if buckets and key:  # one sort by (bucket, key) and one Arrow conversion per group, then slices
                 assert hasher is not None, "bucketed staging needs the keyed hasher"
-                # By key, then stably by bucket: Polars sorts one string column much faster than the pair
-                # (bucket, key), whose ties it breaks by a generic compare, and a group's ~20k rows sort
-                # faster on one thread than on a pool that the encoding threads are using.
-                split = (with_buckets(frame, key, buckets, hasher).sort(key, multithreaded=False)
-                         .sort(BUCKET_COLUMN, maintain_order=True, multithreaded=False))
-                summary, with_stats = _bucket_summary(split.drop(partition_column), key, file_schema)
-                data = split.drop(partition_column, BUCKET_COLUMN).to_arrow().cast(file_schema)
-                pieces, offset = [], 0
-                for row in summary.iter_rows(named=True):
-                    count = row["len"]
-                    known: dict[str, Any] = {}
-                    if count <= ROWS_PER_FILE:  # one file: its stats and distinct keys are the bucket's
-                        known["distinct_keys"] = row["\0keys"]
-                        if with_stats:
-                            known["stats"] = _summary_stats(row, file_schema.names)
-                    pieces.append((tag(row[BUCKET_COLUMN], buckets), data.slice(offset, count), known))
-                    offset += count
+                pieces = _bucket_pieces(frame, key, buckets, hasher, partition_column, file_schema)
             else:
                 rows = frame.drop(partition_column, BUCKET_COLUMN, strict=False)
                 pieces = [(None, rows.to_arrow().cast(file_schema), {})]
             del frame
-            # The group's files are encoded, hashed and written (fsync) on threads (all release the GIL)
+            # The group's files are encoded, hashed and written on threads (all release the GIL)
             # while this thread builds the next group; before a third group is built, the first one's
             # files are done, so at most two groups are in memory. The candidate's very first file is
             # staged alone (the crash point after it sees exactly one).
             previous = len(jobs)
+            data: pa.Table | None = None  # (a group of no rows has no pieces)
             for bucket, data, known in pieces:
                 for start in range(0, data.num_rows, ROWS_PER_FILE):
                     name = f"part-{bucket}-{candidate_id}" if bucket else f"part-{candidate_id}"
@@ -262,6 +273,11 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
         for future in jobs:
             files.append(future.result())
         jobs = []
+        # Every file written, none known durable: each file and each partition folder is fsynced once
+        # here, before the candidate goes to the gate and the commit (Storage.sync; docs/architecture.md,
+        # decision 12).
+        crash_point("stage.before_sync")
+        storage.sync([f.path for f in files])
     except BaseException:
         for future in jobs:  # the groups' other files: wait for them, then remove what they wrote
             try:

@@ -153,3 +153,6 @@ def test_six_writers_all_commit(tmp_path: Path, kind: str) -> None:
     assert commits_per_batch(lake) == {batch_id_of(b): 1 for b in batches}
     assert lake.latest_version("orders") == 6
     assert_parent_chain(lake)
+    if kind == "disjoint":  # the commits in between never touch its keys or files: every stale parent rebased
+        stale = [s for r in results for s in json.loads(r.stdout)["stale_parents"]]
+        assert all(s["rebased"] for s in stale), stale

@@ -166,3 +166,116 @@ def test_the_same_batch_committed_in_between_is_a_duplicate(
     assert race.builds == 2 and report.stale_parents[0]["rebased"] is False
     assert report.duplicate and report.version is None
     assert view(lake) == fold([first, a])
+
+
+# -- independence decided from the evidence's key filters (issue 34 item 3) ---------------------------------
+
+def added_by(lake: dr.Lake, version: int) -> list[str]:
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, version)
+    assert evidence is not None
+    return [f["path"] for f in evidence["files"]]
+
+
+def checked_without(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch, hidden: list[int]) -> list[bool]:
+    """Spy on the rebase check: while it runs, the data files the commits `hidden` added are moved away
+    (a check that read them would fail or see nothing), and reading any file's keys is an error."""
+    checked: list[bool] = []
+    real = rebase.independent_since
+    root = Path(lake.table_uri("orders"))
+
+    def spy(*args: Any, **kwargs: Any) -> bool:
+        paths = [p for v in hidden for p in added_by(lake, v)]
+        for p in paths:
+            (root / p).rename(root / (p + ".away"))
+        try:
+            checked.append(real(*args, **kwargs))
+        finally:
+            for p in paths:
+                (root / (p + ".away")).rename(root / p)
+        return checked[-1]
+
+    def no_reads(*args: Any, **kwargs: Any) -> bool:
+        raise AssertionError("the rebase check read a data file")
+
+    monkeypatch.setattr("delta_release.ingest.independent_since", spy)
+    monkeypatch.setattr(rebase, "_any_key_in", no_reads)
+    return checked
+
+
+def test_a_rebase_over_recorded_filters_reads_no_data_file(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = base(lake)
+    b = jsonl([up("ord-b1", 20, 333, day=2), up("ord-b2", 21, 334, day=2)])
+    a = jsonl([up("ord-a1", 10, 111, day=1), up("ord-new", 11, 555, day=1)])
+    race = Race(monkeypatch, lambda: lake.ingest(b))
+    checked = checked_without(lake, monkeypatch, hidden=[2])
+    report = lake.ingest(a)
+    assert checked == [True] and race.builds == 1
+    assert report.stale_parents == [{"expected": 1, "found": 2, "rebased": True}]
+    assert view(lake) == fold([first, b, a])
+
+
+def test_overlapping_keys_rebuild_from_the_filter_alone(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same new order placed in two new days: no file is shared, only B's recorded filter names it."""
+    first = base(lake)
+    b = jsonl([up("ord-twice", 20, 999, day=8)])
+    a = jsonl([up("ord-twice", 10, 111, day=9), up("ord-a1", 11, 123, day=1)])
+    race = Race(monkeypatch, lambda: lake.ingest(b))
+    checked = checked_without(lake, monkeypatch, hidden=[2])
+    report = lake.ingest(a)
+    assert checked == [False] and race.builds == 2
+    assert report.stale_parents[0]["rebased"] is False
+    assert view(lake) == fold([first, b, a])
+
+
+def test_the_log_entry_holds_a_filter_and_no_order_id(lake: dr.Lake) -> None:
+    base(lake)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, 1)
+    assert evidence is not None and evidence["key_filter"]["keys"] == 4
+    assert evidence["key_filter"]["hash"] == "hmac-sha256/rebase-filter/1"
+    log = (Path(lake.table_uri("orders")) / "_delta_log" / f"{1:020d}.json").read_text()
+    assert "key_filter" in log and "ord-" not in log
+
+
+def test_a_commit_without_a_filter_falls_back_to_reading_its_files(
+        lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B commits as a writer before filters did (no `key_filter`): A's check reads B's files' keys; a
+    disjoint batch still rebases, an order both placed in new days still rebuilds."""
+    from delta_release.commit import writer
+
+    first = base(lake)
+    reads: list[list[str]] = []
+    real_any = rebase._any_key_in
+
+    def counting(ctx: Any, paths: list[str], keys: Any) -> bool:
+        reads.append(paths)
+        return real_any(ctx, paths, keys)
+
+    monkeypatch.setattr(rebase, "_any_key_in", counting)
+    real_filter = writer.key_filter_of
+
+    def unfiltered(lake_: dr.Lake, data: bytes) -> Callable[[], Any]:
+        def run() -> Any:
+            monkeypatch.setattr(writer, "key_filter_of", lambda ctx, keys: None)
+            try:
+                return lake_.ingest(data)
+            finally:
+                monkeypatch.setattr(writer, "key_filter_of", real_filter)
+        return run
+
+    b = jsonl([up("ord-b1", 20, 333, day=2)])
+    a = jsonl([up("ord-a1", 10, 111, day=1)])
+    Race(monkeypatch, unfiltered(lake, b))
+    report = lake.ingest(a)
+    evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, 2)
+    assert evidence is not None and "key_filter" not in evidence
+    assert report.stale_parents[0]["rebased"] is True
+    assert reads == [added_by(lake, 2)]  # B's files, read once
+    assert view(lake) == fold([first, b, a])
+
+    c = jsonl([up("ord-thrice", 30, 999, day=8)])
+    d = jsonl([up("ord-thrice", 31, 111, day=9)])
+    race = Race(monkeypatch, unfiltered(lake, c))
+    report = lake.ingest(d)
+    assert race.builds == 2 and report.stale_parents[0]["rebased"] is False
+    assert len(reads) == 2
+    assert view(lake) == fold([first, b, a, c, d])

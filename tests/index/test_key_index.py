@@ -263,3 +263,32 @@ def test_an_index_of_the_previous_layout_is_converted_not_rebuilt(tmp_path: Path
     lake.ingest(jsonl([up("a", 4, day=5)]))
     assert key_index(lake).locate(["a", "b", "c"], upto=3) == {"a": 5, "b": 7, "c": 3}
 
+
+
+def test_a_first_commit_that_looked_nothing_up_leaves_the_index_built(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan that writes whole partitions into the new table (no lookup, so no index yet) builds it in
+    its own commit: the writers after it look up without rebuilding from the table (issue 34 item 3)."""
+    import polars as pl
+
+    from delta_release.commit import Plan, replace_partitions, write
+    from delta_release.index.keys import KeyIndex
+
+    lake = dr.Lake.create(tmp_path / "lake")
+    frame = pl.DataFrame({"order_id": ["a", "b", "c"], "position": [1, 2, 3], "amount_cents": [5, 6, 7],
+                          "currency": ["USD"] * 3, "deleted": [False] * 3, "event_day": [1, 1, 2]},
+                         schema_overrides={"event_day": pl.Int32})
+    parts = {k[0]: df for k, df in frame.partition_by("event_day", as_dict=True).items()}
+
+    class Load(Plan):
+        def build(self, ctx: Any, parent: int) -> Any:
+            return replace_partitions(ctx, parent, parts, operation="load", batch_ids=["load"])
+
+    assert write(lake.table("orders"), Load()).version == 1
+    rebuilds: list[int] = []
+    real = KeyIndex.rebuild
+    monkeypatch.setattr(KeyIndex, "rebuild", lambda self, v: (rebuilds.append(v), real(self, v))[1])
+    assert key_index(lake).locate(["a", "c", "zz"], upto=1) == {"a": 1, "c": 2}
+    lake.ingest(jsonl([up("b", 9, day=3), up("d", 10, day=1)]))
+    assert rebuilds == []  # nothing rebuilt from the table
+    assert located(lake) == {r["order_id"]: r["event_day"] for r in lake.read().to_dicts()}

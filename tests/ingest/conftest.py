@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
+from typing import Any
 
 from hypothesis import strategies as st
+
+from tests.conftest import rm, up
 
 FIELD_VALUES = {
     "schema_version": st.sampled_from([2, 3, 3, 4, "3", None]),
@@ -34,3 +38,22 @@ def lines(draw: st.DrawFn) -> bytes:
     if shape == 2:
         text = text.replace('": ', '" : ', 1)
     return text.encode()
+
+
+def order_history(seed: int, n: int = 400) -> list[dict[str, Any]]:
+    """Upserts, moves between days, deletes (tombstones), re-creations, late events, exact repeats and
+    position conflicts (same order and position, different content), shuffled."""
+    rnd = random.Random(seed)
+    events: list[dict[str, Any]] = []
+    for pos in range(1, n + 1):
+        oid = f"ord-{rnd.randint(1, 40):03d}"
+        if rnd.random() < 0.2:
+            events.append(rm(oid, pos, rnd.choice([None, rnd.randint(1, 6)])))
+        else:
+            events.append(up(oid, pos, rnd.randint(0, 10_000), rnd.randint(1, 6), rnd.choice([2, 3])))
+    rnd.shuffle(events)
+    for ev in rnd.sample(events, 20):
+        events.append(dict(ev))  # an exact repeat: accepted, applied once
+    for ev in rnd.sample([e for e in events if e["kind"] == "upsert"], 10):
+        events.append({**ev, "amount_cents": ev["amount_cents"] + 1})  # same position, other content
+    return events

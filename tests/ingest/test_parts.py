@@ -30,6 +30,7 @@ from delta_release.stage.buckets import bucket_of_path
 from tests.apply.conftest import assert_tags_hold
 from tests.conftest import ROOT, examples, jsonl, rm, up
 from tests.ingest.conftest import lines as event_lines
+from tests.ingest.conftest import order_history
 
 
 def rows(lake: dr.Lake) -> list[dict[str, Any]]:
@@ -95,28 +96,9 @@ def test_the_part_limit_is_validated(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def _history(seed: int, n: int = 400) -> list[dict[str, Any]]:
-    """Upserts, moves between days, deletes (tombstones), re-creations, late events, exact repeats and
-    position conflicts (same order and position, different content), shuffled."""
-    rnd = random.Random(seed)
-    events: list[dict[str, Any]] = []
-    for pos in range(1, n + 1):
-        oid = f"ord-{rnd.randint(1, 40):03d}"
-        if rnd.random() < 0.2:
-            events.append(rm(oid, pos, rnd.choice([None, rnd.randint(1, 6)])))
-        else:
-            events.append(up(oid, pos, rnd.randint(0, 10_000), rnd.randint(1, 6), rnd.choice([2, 3])))
-    rnd.shuffle(events)
-    for ev in rnd.sample(events, 20):
-        events.append(dict(ev))  # an exact repeat: accepted, applied once
-    for ev in rnd.sample([e for e in events if e["kind"] == "upsert"], 10):
-        events.append({**ev, "amount_cents": ev["amount_cents"] + 1})  # same position, other content
-    return events
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_parts_give_the_table_of_one_part_ingest(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    events = _history(seed)
+    events = order_history(seed)
     data = jsonl(events) + b"not json\n" + jsonl([up("ord-late", 10_000, 5, 2)])[:-1]  # a bad line, no final \n
     path = tmp_path / "big.jsonl"
     path.write_bytes(data)
@@ -174,7 +156,7 @@ def test_earlier_parts_file_lists_are_not_held_while_later_parts_ingest(tmp_path
     earlier part is alive (parts.py packs them), and the total still lists every part's staged files and
     removed paths, in part order, as the table has them."""
     path = tmp_path / "big.jsonl"
-    path.write_bytes(jsonl(_history(3)))
+    path.write_bytes(jsonl(order_history(3)))
     monkeypatch.setenv(ENV_MAX_PART, "2048")
     from tests.apply.conftest import legacy_defs
 
@@ -242,7 +224,7 @@ def test_a_crash_between_parts_publishes_nothing_and_the_rerun_finishes(tmp_path
     """Killed after the file's one commit (ingest.after_commit) or after it, before the one publication
     (publish.before_swap): the published snapshot is the one before the ingest; the rerun finds every
     part applied (the commit recorded every part's batch id), commits nothing, and publishes."""
-    events = _history(3, 200)
+    events = order_history(3, 200)
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(events))
     whole = dr.Lake.create(tmp_path / "whole")
@@ -277,7 +259,7 @@ def test_a_run_receives_a_large_batch_as_parts_in_its_one_commit(tmp_path: Path,
     from delta_release.release.run import run_release
     from tests.release.conftest import ingest_base, log_hashes, release_config
 
-    events = _history(4, 150)
+    events = order_history(4, 150)
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(events) + b"not json\n")
     monkeypatch.setenv(ENV_MAX_PART, "2000")
@@ -375,7 +357,7 @@ def _based(root: Path) -> dr.Lake:
     """A lake whose days already hold rows of the file's orders: some at the same position with other
     content (fold conflicts with the parent), some higher (the file's events lose), tombstones."""
     lake = dr.Lake.create(root)
-    lake.ingest(jsonl(_history(9, 120)))
+    lake.ingest(jsonl(order_history(9, 120)))
     lake.erase("ord-011")  # its events in the file are quarantined as erased_subject, in their parts
     return lake
 
@@ -384,7 +366,7 @@ def _based(root: Path) -> dr.Lake:
 def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """N parts give the 1-part ingest's table, counts, quarantine (by file line, reason and detail) and
     file layout, in ONE commit that records every part and adds each (day, bucket) file once."""
-    events = _history(seed, 600)
+    events = order_history(seed, 600)
     data = jsonl(events) + b"not json\n" + jsonl([up("ord-002", 50, 1, 2)])  # a reused position, other content
     path = tmp_path / "big.jsonl"
     path.write_bytes(data)
@@ -440,7 +422,7 @@ def killed_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
     accepted, quarantined): the same reference for every crash point, so built once."""
     tmp = tmp_path_factory.mktemp("killed-file")
     path = tmp / "big.jsonl"
-    path.write_bytes(jsonl(_history(7, 300)) + b"not json\n")
+    path.write_bytes(jsonl(order_history(7, 300)) + b"not json\n")
     whole = _based(tmp / "whole")
     one = whole.ingest(path)
     return path, rows(whole), one.accepted, one.quarantined
@@ -476,7 +458,7 @@ def test_a_stale_parent_rebuilds_the_file_in_parts_on_the_new_parent(tmp_path: P
     """Another writer commits while the file is staged (after its first group of buckets): the file's
     commit is refused as stale, its plan is rebuilt on the new parent from the spilled parts, and the
     table equals the other batch's ingest followed by the file's 1-part ingest."""
-    events = _history(8, 300)
+    events = order_history(8, 300)
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(events))
     other = jsonl([up("ord-003", 5000, 42, 4), rm("ord-004", 5001), up("ord-new", 5002, 7, 1)])
@@ -510,13 +492,13 @@ def test_a_file_in_parts_over_legacy_untagged_files_rewrites_each_once(tmp_path:
     as one, so each untagged file is replaced once and every key has one row."""
     from tests.apply.conftest import legacy_defs
 
-    events = _history(10, 400)
+    events = order_history(10, 400)
     path = tmp_path / "big.jsonl"
     path.write_bytes(jsonl(events))
     lakes = []
     for name in ("whole", "parts"):
         legacy = dr.Lake.create(tmp_path / name, tables_dir=legacy_defs(tmp_path / name))
-        legacy.ingest(jsonl(_history(11, 150)))
+        legacy.ingest(jsonl(order_history(11, 150)))
         lake = dr.Lake.open(tmp_path / name)  # the same lake, now with buckets
         assert lake.table_def("orders").buckets == 8
         lakes.append(lake)
