@@ -36,7 +36,7 @@ test-long: $(STAMP)
 FUZZ_EXAMPLES ?= 3000
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/test_decode_paths.py tests/test_stream.py tests/test_hostile.py tests/test_apply.py
+		tests/ingest/test_decode_paths.py tests/ingest/test_stream.py tests/ingest/test_hostile.py tests/apply/test_apply.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check delta_release tests

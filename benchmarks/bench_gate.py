@@ -72,8 +72,8 @@ def main(argv: list[str]) -> None:
 
 
 def _workers(store: Any, files: list[dict[str, Any]]) -> dict[str, Any]:
-    """How the gate's per-file pass spreads these files (filecheck.pool_for): gate_pool is "processes",
-    "threads" or "none" (the calling thread), gate_workers how many."""
+    """How the gate's per-file pass spreads these files (filecheck.pool_for): gate_pool is "threads" or
+    "none" (the calling thread), gate_workers how many."""
     from delta_release.external.filecheck import pool_for
 
     pool, workers = pool_for(store, len(files), sum(int(f["size_bytes"]) for f in files))

@@ -319,7 +319,7 @@ def bench_gate(scale: Scale, skip: set[str]) -> dict[str, Any]:
         out["runs"][n] = r
         ratio = r["gate_s"] / r["hash_floor_s"]
         met = "met" if ratio <= 2 else "NOT met"
-        pool = {"processes": "processes", "threads": "threads"}.get(r.get("gate_pool", "threads"), "thread")
+        pool = "threads" if r.get("gate_pool") == "threads" else "thread"
         rows.append(("gate", f"manifest gate ({r.get('gate_workers', '?')} {pool}) vs hashing floor (sequential) "
                      f"vs listing, {n:,} files (ok={r['gate_ok']})",
                      f"{r['gate_s'] * 1000:,.0f} ms vs {r['hash_floor_s'] * 1000:,.0f} ms vs "
@@ -338,10 +338,9 @@ def bench_gate(scale: Scale, skip: set[str]) -> dict[str, Any]:
              "is within 2x of the floor, at every file count. A footer whose shape the gate learned from an "
              "earlier file of the same manifest (a producer's footers differ only in numbers and statistics) "
              "is answered from a few byte comparisons, not pyarrow's reader (external/footershape.py), so one "
-             "thread keeps a small file at ~8 us. From 20,000 small files the gate forks worker processes "
-             "(gate_pool), which only pay when the machine's other cores are free: with other sessions busy, "
-             "the kernel's autogroup scheduling shares CPU per session, so the workers together get no more "
-             "than the one-process floor does."]
+             "thread keeps a small file at ~8 us. Small local files are inspected in the gate's own thread at "
+             "every count (forked worker processes were measured against it with benchmarks/bench_footers.py "
+             "and removed, #38 item 6); large or remote files on a thread pool (gate_pool)."]
     return {**out, "rows": rows, "chart": chart, "files": files_done, "notes": notes}
 
 
@@ -796,7 +795,7 @@ def bench_ray(scale: Scale, skip: set[str]) -> dict[str, Any]:
              f"{best['map_s']} s, reduce {best['reduce_s']} s, driver (gate {best['files']:,} files, commit, publish) "
              f"{best['commit_s']} s; engine start {r['engine_start_s']} s, not in the total",
              f"ray/one process = {total / local:.2f}x; per worker {best['per_worker_mb_s']} MB/s",
-             "equal tables (tests/test_distributed.py); a speed-up needs free cores or more machines")]
+             "equal tables (tests/distributed/test_distributed.py); a speed-up needs free cores or more machines")]
     notes = [f"`{' '.join(cmd[1:])}`. Both contenders share the machine's {os.cpu_count()} cores; the workers "
              "compete with each other and the driver, so this row shows the cost shape (engine start, map, "
              "reduce, the committer), not a speed-up. docs/architecture.md (decision 12) derives 4/16/64 "

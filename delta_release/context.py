@@ -11,7 +11,7 @@
   `GatewayReads`, the freshness gateway as the layers below the facade use it (gateway/reader.py).
 
 `delta_release.lake.Lake` is a `LakeContext` with the user's verbs on top; nothing below it imports
-`lake.py`, and no import, not even under TYPE_CHECKING, closes a loop (tests/test_architecture.py).
+`lake.py`, and no import, not even under TYPE_CHECKING, closes a loop (tests/house/test_architecture.py).
 """
 
 from __future__ import annotations

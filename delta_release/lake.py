@@ -2,7 +2,7 @@
 the catalog; the Python API a Polars analyst uses.
 
 `Lake` is a `LakeContext` (delta_release/context.py) with the user's verbs on top. The verbs call down
-into the rooms of the data flow; nothing below imports this module (tests/test_architecture.py).
+into the rooms of the data flow; nothing below imports this module (tests/house/test_architecture.py).
 """
 
 from __future__ import annotations

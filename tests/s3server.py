@@ -101,8 +101,11 @@ def _running(work: Path, env: dict[str, str] | None = None) -> Iterator[S3Server
             proc.wait()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def s3server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One moto server per test session (per xdist worker): every test makes its own bucket (`new_bucket`)
+    and resets the request recorder before it records, so nothing depends on a fresh server, and the
+    dozen files that use it no longer start one each (~2-4 s apiece)."""
     with _running(tmp_path_factory.mktemp("moto")) as server:
         yield server
 

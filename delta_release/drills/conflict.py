@@ -12,7 +12,7 @@ deferred) corrects X on the latest version without committing; writer B deletes 
 run's ship (its strict commit) is refused (stale parent), which discards its staged files: a HOLD. The
 Delta log then holds B's commit and nothing of the run, X stays absent, and none of the run's staged
 files exists or is referenced by any version. The drill stages through the writer API, as every writer
-does (the release run itself runs this drill); the run's own race is tests/test_release_atomic.py's.
+does (the release run itself runs this drill); the run's own race is tests/release/test_release_atomic.py's.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ publish.before_swap, ingest.after_publish) fire in every writer that commits; ea
 (`crash_point(` / `crash_window(` in the package);
 `storage.after_temp:<dir>` points kill a write between its temp file (in `_tmp/`) and its rename into
 `<dir>`. A point listed here that the code does not declare (another branch adds it) is reported as
-`skipped`, never as passed; `declared_points()` reads the package source, and tests/test_crash.py checks
+`skipped`, never as passed; `declared_points()` reads the package source, and tests/drills/test_crash.py checks
 that every point the code declares is in this table.
 
 Every scenario starts from one base lake per writer (copied per point): a base batch, then an erasure of

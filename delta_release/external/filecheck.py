@@ -9,14 +9,12 @@ file, on every core, with the Python work per file cut to what the gate needs.
   the same inspection (`Footers`, `footershape`: a producer's footers differ only in their row-group
   numbers and statistics) is answered from a few byte comparisons (~1.5 us); any other is parsed by
   pyarrow's reader (~30-45 us), without `pq.read_metadata`'s Python wrapping, and teaches a shape.
-- Where the work runs (`pool_for`): many small local files in forked worker processes (the footer reader
-  holds the GIL, so threads never ran two at once), large or remote files on a thread pool (hashlib and
-  the store release the GIL), a few small files in the calling thread. See `inspect`.
+- Where the work runs (`pool_for`): large or remote files on a thread pool (hashlib and the store
+  release the GIL), small local files in the calling thread (the footer reader holds the GIL, so threads
+  never ran two at once). See `inspect`.
 - The schema is converted to Arrow once per distinct parquet schema, not once per file; the cache key
   is a ParquetSchema made without FileMetaData.schema's reference cycle (`_schema`).
-- Small local files are read a chunk at a time, then hashed and footer-checked (`_inspect_files`), in a
-  worker process or in the gate's own; a worker answers a chunk as six lists (`Columns`), zipped back
-  into per-file answers in the gate's process.
+- Small local files are read a chunk at a time, then hashed and footer-checked (`_inspect_files`).
 - The partition is listed by one `os.scandir` (`scan_directory`, `local_names`): names only, a read
   file's size being the number of bytes its read hashed.
 - Footer statistics become the Delta stats JSON only when `publish` commits (`LazyStats`), in one pass
@@ -27,19 +25,14 @@ file, on every core, with the Python work per file cut to what the gate needs.
 from __future__ import annotations
 
 import errno
-import faulthandler
 import gc
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import stat
-import sys
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -58,23 +51,12 @@ try:  # a ParquetSchema made directly holds its FileMetaData, and FileMetaData.s
     from pyarrow._parquet import ParquetSchema as _ParquetSchema
 except ImportError:  # pragma: no cover
     _ParquetSchema = None
-try:  # the thrift decoder alone (what unpickling a FileMetaData runs): worker processes only, see there
-    from pyarrow._parquet import _reconstruct_filemetadata as _decode_thrift
-except ImportError:  # pragma: no cover
-    _decode_thrift = None
-
 WORKERS = max(2, min(4, os.cpu_count() or 2))  # hashlib and the footer decoder release the GIL
 CHUNK = 64  # paths per task
 CHUNK_BYTES = 8 << 20  # bytes per read: a large file is hashed as it streams, never held whole
 MAGIC = b"PAR1"
 PARALLEL_MIN_BYTES = 256 << 10  # average local file size from which the thread pool pays
-PROCESSES = min(WORKERS, os.cpu_count() or 1)  # worker processes for many small files: one per core
-# from this many small files, forking the workers (~20-40 ms, and the pickled answers) pays: with footer shapes
-# a small file costs ~8 us in this thread, and on this shared 2-core machine 2 workers measured 1.8-3.4x the
-# hashing floor at 10,000 files against 1.6-1.9x here (30,000: a tie)
-PROCESS_MIN_FILES = 20_000
-PROCESS_CHUNK = 256  # paths per worker task at most
-PROCESS_TASKS = 8  # tasks per worker at least
+FILES_CHUNK = 256  # small local files read, then hashed and footer-checked, at a time (`_inspect_files`)
 MAX_SHAPES = 16  # footer shapes learned per inspection (`Footers`): a producer's files have one or a few
 
 
@@ -89,7 +71,7 @@ Answer = tuple[str, int | None, Verdict | None, "pq.FileMetaData | bytes | None"
 class FileFacts:
     """One file's answer with names: its sha256, and from its parquet footer the row count and the schema
     verdict (`check=`), or the footer error. `meta` is the footer object, parsed from the footer's bytes
-    when first asked for if a worker process read the file (the bytes the worker already validated)."""
+    when first asked for if a footer shape answered for the file (bytes the reader would accept)."""
 
     __slots__ = ("path", "sha256", "rows", "verdict", "_footer", "error", "data", "size")
 
@@ -222,28 +204,10 @@ def threads_for(storage: Storage, files: int, total_bytes: int | None) -> int:
     return 1 if WORKERS < 2 or files < 2 * WORKERS or small else WORKERS
 
 
-def processes_for(storage: Storage, files: int, total_bytes: int | None) -> int:
-    """How many worker processes `inspect_files` uses (0: none): many small local files, where the
-    per-file work is pyarrow's footer reader holding the GIL, so only processes run two at once."""
-    if (PROCESSES < 2 or files < PROCESS_MIN_FILES or threads_for(storage, files, total_bytes) > 1
-            or not storage.is_local or _decode_thrift is None or not _can_fork()):
-        return 0
-    return PROCESSES
-
-
 def pool_for(storage: Storage, files: int, total_bytes: int | None) -> tuple[str, int]:
-    """("processes" | "threads" | "none", workers): how `inspect_files` spreads these files."""
-    procs = processes_for(storage, files, total_bytes)
-    if procs:
-        return "processes", procs
+    """("threads" | "none", workers): how `inspect_files` spreads these files."""
     threads = threads_for(storage, files, total_bytes)
     return ("threads", threads) if threads > 1 else ("none", 1)
-
-
-def _can_fork() -> bool:
-    # fork: the workers start in a few ms with everything imported (a spawned interpreter would import
-    # pyarrow for longer than the whole gate takes); Linux only, where fork is the proven default
-    return sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
 
 
 _MISSING: Answer = ("", None, None, None, None, None, None)
@@ -307,10 +271,10 @@ def _answer(read: Any, footers: Footers, rel: str, keep_data: bool = False) -> A
 
 class Answers:
     """The answers of `inspect`, in path order; `close()` (or leaving a `with` block) stops work not yet
-    consumed and ends the worker processes, if any."""
+    consumed."""
 
-    def __init__(self, answers: Iterator[Answer], pool: ProcessPoolExecutor | None = None) -> None:
-        self._facts, self._pool = answers, pool
+    def __init__(self, answers: Iterator[Answer]) -> None:
+        self._facts = answers
 
     def __iter__(self) -> Iterator[Answer]:
         return self._facts  # a loop over the answers resumes the generator directly, not through __next__
@@ -322,8 +286,6 @@ class Answers:
         close = getattr(self._facts, "close", None)
         if close is not None:
             close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> Answers:
         return self
@@ -343,28 +305,16 @@ def inspect(storage: Storage, paths: list[str], *, keep_data: bool = False,
             total_bytes: int | None = None, check: SchemaCheck | None = None) -> Answers:
     """The Answer of each path, in order; with `check`, each readable footer's schema verdict too.
 
-    Where the work can run on every core (`pool_for`):
-    - many small local files (PROCESS_MIN_FILES or more, averaging under PARALLEL_MIN_BYTES): PROCESSES
-      forked worker processes, each reading, hashing and footer-checking chunks of files
-      (`_WorkerFooters`: the same checks as here). pyarrow's footer reader holds the GIL for most of its
-      ~40 us per file, so threads only added GIL hand-offs (2 threads measured slower than 1); processes
-      run side by side. The work starts when this function is called, so the caller's own work (the
-      listing) overlaps it. A worker sends back only the digest, the row count, the schema verdict,
-      the footer's bytes (parsed again here only when the commit asks for the statistics) and the size. A worker that
-      dies (the thrift decoder's abort on corrupt bytes, killed, out of memory) costs no answer: its
-      chunk and every later one are inspected in this process with pyarrow's reader.
+    Where the work runs (`pool_for`):
     - remote objects (the wait for the store releases the GIL), or local files averaging
       PARALLEL_MIN_BYTES or more (`total_bytes`, from the listing; hashing large chunks releases the
       GIL): a thread pool of WORKERS threads.
-    - otherwise (few small local files) in this thread.
-    `keep_data` keeps the bytes of files that fit in one read chunk (None for larger ones); it reads in
-    this process or in threads, never in the worker processes (the bytes would cross a pipe)."""
+    - otherwise (small local files) in this thread: pyarrow's footer reader holds the GIL, so threads
+      only added hand-offs, and with footer shapes (`Footers`) a small file costs ~8 us here. (Forked
+      worker processes for many small files were measured against this and removed, #38 item 6.)
+    `keep_data` keeps the bytes of files that fit in one read chunk (None for larger ones)."""
     local = storage.is_local
     read = _local_reader(os.path.join(storage.local_path(), "")) if local else _remote_reader(storage)
-    if not keep_data:
-        procs = processes_for(storage, len(paths), total_bytes)
-        if procs:
-            return _in_processes(os.path.join(storage.local_path(), ""), read, paths, check, procs)
     return Answers(_in_threads(storage, read, paths, check, keep_data, total_bytes))
 
 
@@ -372,10 +322,10 @@ def _in_threads(storage: Storage, read: Any, paths: list[str], check: SchemaChec
                 total_bytes: int | None) -> Iterator[Answer]:
     footers = Footers(check)
     if threads_for(storage, len(paths), total_bytes) < 2:
-        if storage.is_local and not keep_data:  # as a worker process does (`_inspect_files`), chunk by chunk
+        if storage.is_local and not keep_data:  # chunk by chunk: reads, then hashes and footers (`_inspect_files`)
             base = os.path.join(storage.local_path(), "")
-            for i in range(0, len(paths), PROCESS_CHUNK):
-                yield from _inspect_files(base, read, footers, paths[i:i + PROCESS_CHUNK])
+            for i in range(0, len(paths), FILES_CHUNK):
+                yield from _inspect_files(base, read, footers, paths[i:i + FILES_CHUNK])
         else:
             yield from (_answer(read, footers, rel, keep_data) for rel in paths)
         return
@@ -387,83 +337,11 @@ def _in_threads(storage: Storage, read: Any, paths: list[str], check: SchemaChec
             yield from answers
 
 
-_JOB: tuple[str, Any, _WorkerFooters] | None = None  # a worker process's root, reader and footer check
 _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ENXIO)  # no regular file under the name (see `read_local`)
-# A worker's answer for a chunk, one list per field of Answer but the kept data (digests, rows, verdicts,
-# footers, errors, sizes): six pickled lists instead of a tuple per file, zipped back into Answers in the
-# gate's process at C speed.
-Columns = tuple[list[str], list[int | None], list[Verdict | None], list["pq.FileMetaData | bytes | None"],
-                list[str | None], list[int | None]]
-
-
-class _WorkerFooters(Footers):
-    """A worker process's footer check: a learned shape's match (`Footers`), else pyarrow's thrift
-    decoder alone, and the full reader (what `_metadata` runs in this process) once per distinct parquet
-    schema and key-value metadata. Footers are answered as bytes.
-
-    The reader does two things: it decodes the footer's thrift into FileMetaData (the same decoder,
-    limits and schema-tree checks as `_reconstruct_filemetadata`, ~2.5x cheaper without the rest), and
-    builds the Arrow schema from the parquet schema and the key-value metadata (ARROW:schema). The second
-    is a function of those two alone, so it runs once per distinct pair, here on the first file that has
-    it; a pair it fails on is never cached, so every file with it gets the reader's error. The thrift
-    decoder alone raises no Python exception on corrupt thrift: it aborts the process, which is why it
-    runs only in a worker, and why a dead worker's files are inspected again in the gate's own process
-    with the reader (`_answers`): a corrupt footer gives the same refusal either way."""
-
-    def __init__(self, check: SchemaCheck | None) -> None:
-        super().__init__(check)
-        self.seen: list[tuple[Any, Any, tuple[bool, list[str]] | None]] = []
-
-    def _read(self, head: bytes, tail: bytes, size: int, start: int) -> tuple[int, Verdict | None, bytes]:
-        """(rows, schema verdict, footer bytes: magic, thrift, length, magic), or the reader's exception."""
-        meta = _decode_thrift(pa.py_buffer(tail[start:-8]))
-        schema, kv = _schema(meta), meta.metadata
-        for known, known_kv, verdict in self.seen:
-            if known_kv == kv and schema.equals(known):
-                return meta.num_rows, verdict, MAGIC + tail[start:]
-        full = _metadata(head, tail, size)  # the reader: raises what it raises in the gate's process
-        verdict = self.check(full) if self.check is not None else None
-        if len(self.seen) < 16:
-            self.seen.append((schema, kv, verdict))
-        return meta.num_rows, verdict, MAGIC + tail[start:]
-
-
-def _start_worker(base: str, check: SchemaCheck | None) -> None:
-    """A worker process that the thrift decoder may abort: no core file, and nothing on the terminal
-    (the gate reports the file, from its own process)."""
-    global _JOB
-    import resource  # Unix only, as fork is
-
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):  # pragma: no cover - a hard limit we may not lower
-        pass
-    faulthandler.disable()
-    # no cyclic GC in a worker, whatever the gate's process had: the worker makes no cycles (see `_schema`),
-    # and a collection would walk, and copy on write, every object inherited from the gate's process
-    gc.disable()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-    _JOB = (base, _local_reader(base), _WorkerFooters(check))
-
-
-def _inspect_chunk(rels: list[str]) -> Columns:
-    """In a worker process: the Answers of these files (`_inspect_files`) as columns, footers as bytes."""
-    assert _JOB is not None
-    columns = [list(column) for column in zip(*_inspect_files(*_JOB, rels), strict=True)] or [[]] * 7
-    digests, rows, verdicts, blobs, errors, _, sizes = columns  # no kept data
-    return digests, rows, verdicts, blobs, errors, sizes
-
-
-def _zip_answers(columns: Columns) -> Iterator[Answer]:
-    """The Answers of a worker's columns."""
-    digests, rows, verdicts, blobs, errors, sizes = columns
-    return zip(digests, rows, verdicts, blobs, errors, repeat(None), sizes)
 
 
 def _inspect_files(base: str, read: Any, footers: Footers, rels: list[str]) -> list[Answer]:
-    """The Answers of these local files (no kept data), as a worker process answers a chunk.
+    """The Answers of these local files (no kept data).
 
     Two passes over the chunk: first every read (system calls only), then every hash and footer (user
     space only). Interleaved, each file's system calls left the footer decoder's code and data cold: the
@@ -515,36 +393,6 @@ def _inspect_files(base: str, read: Any, footers: Footers, rels: list[str]) -> l
             continue
         answer((digest, count, verdict, footer, None, None, size))
     return answers
-
-
-def _in_processes(base: str, read: Any, paths: list[str], check: SchemaCheck | None,
-                  procs: int) -> Answers:
-    """Submit every chunk to `procs` forked workers now; the iterator yields the answers in order."""
-    size = max(16, min(PROCESS_CHUNK, len(paths) // (PROCESS_TASKS * procs)))
-    chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
-    pool = ProcessPoolExecutor(procs, mp_context=mp.get_context("fork"), initializer=_start_worker,
-                               initargs=(base, check))
-    try:
-        futures = [pool.submit(_inspect_chunk, chunk) for chunk in chunks]
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    return Answers(_answers(pool, chunks, futures, read, check), pool)
-
-
-def _answers(pool: ProcessPoolExecutor, chunks: list[list[str]], futures: list[Future[Any]], read: Any,
-             check: SchemaCheck | None) -> Iterator[Answer]:
-    footers = Footers(check)  # for the chunks of a dead worker
-    try:
-        for chunk, future in zip(chunks, futures, strict=True):
-            try:
-                columns = future.result()
-            except BrokenProcessPool:  # a worker died: this chunk (and every later one) is done here
-                yield from (_answer(read, footers, rel) for rel in chunk)
-            else:
-                yield from _zip_answers(columns)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class LazyStats(dict[str, str]):

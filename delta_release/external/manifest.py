@@ -300,9 +300,8 @@ def _gate(lake: LakeContext, manifest: Manifest) -> GateReport:
     _check_links(storage, manifest, paths, entries)  # before any listed file is read
     expected_schema = tdef.file_schema()
     schema_ok = SchemaCheck(expected_schema)
-    # read + sha256 + footer of every listed file (filecheck.py: worker processes for many small local
-    # files, threads for large or remote ones). Worker processes start here, so the listing and the history
-    # read below overlap them; a listed name with no regular file behind it comes back `missing`.
+    # read + sha256 + footer of every listed file (filecheck.py: in this thread for small local files,
+    # threads for large or remote ones); a listed name with no regular file behind it comes back `missing`.
     with inspect(storage, paths, check=schema_ok, total_bytes=sum(f.size_bytes for f in manifest.files)) as answers:
         names = local_names(entries, manifest.directory)
         # path -> size from the listing; a local directory of plain files is listed by name alone, and a

@@ -349,30 +349,7 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
         raise ConfigError(f"{file}: packet.directory is not a directory: {packet_dir}", file=file,
                           key="packet.directory")
 
-    def share(dotted: str) -> float:
-        default = THRESHOLD_DEFAULTS.get(dotted, THRESHOLD_DEFAULTS["rejected.by_reason.default"])
-        return float(_in_range(_get(doc, f"thresholds.{dotted}", default),
-                               f"thresholds.{dotted}", file, 0.0, 1.0))
-
-    from ..contract.reasons import Reason
-
-    codes = {r.value for r in Reason}
-    # erased_subject lines are the erasure working, not bad data: unlimited unless the config says otherwise
-    by_reason: dict[str, float] = {"default": share("rejected.by_reason.default"), "erased_subject": 1.0}
-    for code in (_get(doc, "thresholds.rejected.by_reason", {}) or {}):
-        if code != "default" and code not in codes:
-            raise ConfigError(f"{file}: thresholds.rejected.by_reason.{code}: unknown reason code (one of "
-                              f"{', '.join(sorted(codes))}, or default)", file=file,
-                              key=f"thresholds.rejected.by_reason.{code}")
-        by_reason[code] = share(f"rejected.by_reason.{code}")
-    thresholds = Thresholds(
-        rejected_per_batch=share("rejected.per_batch"), rejected_mostly=share("rejected.mostly"),
-        rejected_overall=share("rejected.overall"), rejected_by_reason=by_reason,
-        late_events=share("late_events.max_share"),
-        stale_days=int(_in_range(_get(doc, "thresholds.stale_events.older_than_days",
-                                      THRESHOLD_DEFAULTS["stale_events.older_than_days"]),
-                                 "thresholds.stale_events.older_than_days", file, 0)),
-        stale_events=share("stale_events.max_share"), moved_orders=share("moved_orders.max_share"))
+    thresholds = _thresholds(doc, file)
 
     def count(dotted: str, default: Any, low: float = 0, high: float = MAXIMUM) -> Any:
         return _in_range(_get(doc, dotted, default), dotted, file, low, high)
@@ -397,6 +374,36 @@ def load_release_config(path: str | os.PathLike[str], *, lake_override: str | No
     )
     _writable(packet_dir, file)
     return config
+
+
+def _thresholds(doc: dict[str, Any], file: str) -> Thresholds:
+    """The `thresholds:` section: shares in [0, 1], reason codes known, the defaults for what is left out."""
+
+    def share(dotted: str) -> float:
+        default = THRESHOLD_DEFAULTS.get(dotted, THRESHOLD_DEFAULTS["rejected.by_reason.default"])
+        return float(_in_range(_get(doc, f"thresholds.{dotted}", default),
+                               f"thresholds.{dotted}", file, 0.0, 1.0))
+
+    from ..contract.reasons import Reason
+
+    codes = {r.value for r in Reason}
+    # erased_subject lines are the erasure working, not bad data: unlimited unless the config says otherwise
+    by_reason: dict[str, float] = {"default": share("rejected.by_reason.default"), "erased_subject": 1.0}
+    for code in (_get(doc, "thresholds.rejected.by_reason", {}) or {}):
+        if code != "default" and code not in codes:
+            raise ConfigError(f"{file}: thresholds.rejected.by_reason.{code}: unknown reason code (one of "
+                              f"{', '.join(sorted(codes))}, or default)", file=file,
+                              key=f"thresholds.rejected.by_reason.{code}")
+        by_reason[code] = share(f"rejected.by_reason.{code}")
+    thresholds = Thresholds(
+        rejected_per_batch=share("rejected.per_batch"), rejected_mostly=share("rejected.mostly"),
+        rejected_overall=share("rejected.overall"), rejected_by_reason=by_reason,
+        late_events=share("late_events.max_share"),
+        stale_days=int(_in_range(_get(doc, "thresholds.stale_events.older_than_days",
+                                      THRESHOLD_DEFAULTS["stale_events.older_than_days"]),
+                                 "thresholds.stale_events.older_than_days", file, 0)),
+        stale_events=share("stale_events.max_share"), moved_orders=share("moved_orders.max_share"))
+    return thresholds
 
 
 def _parse_manifests(manifests: list[Path], file: str) -> None:

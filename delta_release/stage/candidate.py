@@ -198,6 +198,31 @@ def stage_file(storage: Storage, *, rel_path: str, table: pa.Table, partition: d
 Groups = Mapping[Any, pl.DataFrame] | Iterable[tuple[Any, pl.DataFrame]]
 
 
+def _bucket_pieces(frame: pl.DataFrame, key: str, buckets: int, hasher: Hasher, partition_column: str,
+                   file_schema: pa.Schema) -> list[tuple[str | None, pa.Table, dict[str, Any]]]:
+    """A group's rows split by bucket: (bucket tag, rows, what is known of them: for a bucket that fits in
+    one file, its distinct keys and, when the summary has them, its stats)."""
+    # By key, then stably by bucket: Polars sorts one string column much faster than the pair
+    # (bucket, key), whose ties it breaks by a generic compare, and a group's ~20k rows sort
+    # faster on one thread than on a pool that the encoding threads are using.
+    split = (with_buckets(frame, key, buckets, hasher).sort(key, multithreaded=False)
+             .sort(BUCKET_COLUMN, maintain_order=True, multithreaded=False))
+    summary, with_stats = _bucket_summary(split.drop(partition_column), key, file_schema)
+    data = split.drop(partition_column, BUCKET_COLUMN).to_arrow().cast(file_schema)
+    pieces: list[tuple[str | None, pa.Table, dict[str, Any]]] = []
+    offset = 0
+    for row in summary.iter_rows(named=True):
+        count = row["len"]
+        known: dict[str, Any] = {}
+        if count <= ROWS_PER_FILE:  # one file: its stats and distinct keys are the bucket's
+            known["distinct_keys"] = row["\0keys"]
+            if with_stats:
+                known["stats"] = _summary_stats(row, file_schema.names)
+        pieces.append((tag(row[BUCKET_COLUMN], buckets), data.slice(offset, count), known))
+        offset += count
+    return pieces
+
+
 def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: list[str],
                      partition_column: str, key: str | None, file_schema: pa.Schema,
                      partitions: Groups, removes: list[FileEntry], now_ms: int,
@@ -218,23 +243,7 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
             pieces: list[tuple[str | None, pa.Table, dict[str, Any]]]  # (bucket, rows, what is known of them)
             if buckets and key:  # one sort by (bucket, key) and one Arrow conversion per group, then slices
                 assert hasher is not None, "bucketed staging needs the keyed hasher"
-                # By key, then stably by bucket: Polars sorts one string column much faster than the pair
-                # (bucket, key), whose ties it breaks by a generic compare, and a group's ~20k rows sort
-                # faster on one thread than on a pool that the encoding threads are using.
-                split = (with_buckets(frame, key, buckets, hasher).sort(key, multithreaded=False)
-                         .sort(BUCKET_COLUMN, maintain_order=True, multithreaded=False))
-                summary, with_stats = _bucket_summary(split.drop(partition_column), key, file_schema)
-                data = split.drop(partition_column, BUCKET_COLUMN).to_arrow().cast(file_schema)
-                pieces, offset = [], 0
-                for row in summary.iter_rows(named=True):
-                    count = row["len"]
-                    known: dict[str, Any] = {}
-                    if count <= ROWS_PER_FILE:  # one file: its stats and distinct keys are the bucket's
-                        known["distinct_keys"] = row["\0keys"]
-                        if with_stats:
-                            known["stats"] = _summary_stats(row, file_schema.names)
-                    pieces.append((tag(row[BUCKET_COLUMN], buckets), data.slice(offset, count), known))
-                    offset += count
+                pieces = _bucket_pieces(frame, key, buckets, hasher, partition_column, file_schema)
             else:
                 rows = frame.drop(partition_column, BUCKET_COLUMN, strict=False)
                 pieces = [(None, rows.to_arrow().cast(file_schema), {})]
@@ -244,6 +253,7 @@ def stage_partitions(storage: Storage, *, table: str, parent: int, batch_ids: li
             # files are done, so at most two groups are in memory. The candidate's very first file is
             # staged alone (the crash point after it sees exactly one).
             previous = len(jobs)
+            data: pa.Table | None = None  # (a group of no rows has no pieces)
             for bucket, data, known in pieces:
                 for start in range(0, data.num_rows, ROWS_PER_FILE):
                     name = f"part-{bucket}-{candidate_id}" if bucket else f"part-{candidate_id}"

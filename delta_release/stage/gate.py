@@ -38,7 +38,7 @@ def check_file(storage: Storage, ev: FileEvidence) -> tuple[str, str] | None:
     if digest != ev.sha256:
         return "checksum_mismatch", f"expected sha256 {ev.sha256[:16]}..., found {digest[:16]}..."
     # The bytes are the ones the evidence hashed; their footer (row count, schema, row-group statistics,
-    # which equal stats computed from the data: tests/test_footer_stats.py) is compared with the evidence
+    # which equal stats computed from the data: tests/stage/test_footer_stats.py) is compared with the evidence
     # without decoding every page. A footer without full statistics: the data is read.
     try:
         meta = pq.read_metadata(io.BytesIO(data))

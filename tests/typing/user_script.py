@@ -1,4 +1,4 @@
-"""What a user types, checked with `mypy --strict` by tests/test_typing.py: every verb's report, no casts."""
+"""What a user types, checked with `mypy --strict` by tests/house/test_typing.py: every verb's report, no casts."""
 
 from __future__ import annotations
 

@@ -1,0 +1,76 @@
+"""The raw copy of a batch runs on a thread while the plan is computed (raw/background.py): a slow copy is
+still finished before the first file of the candidate is staged, and a copy that fails ends the ingest
+with its own error, before anything is staged or committed. (A batch under THREAD_MIN_BYTES is copied
+before the plan, as the crash tests see it; here every batch takes the thread.)"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import delta_release as dr
+import delta_release.commit.writer as writer
+import delta_release.maintenance.upkeep as upkeep
+from delta_release.errors import InputError
+from delta_release.raw import background
+from delta_release.raw.store import RawStore
+from tests.conftest import jsonl, up
+
+
+def _batch(path: Path, first: int) -> Path:
+    path.write_bytes(jsonl([up(f"o{i}", first + i, amount=i, day=47 + i % 3) for i in range(600)]))
+    return path
+
+
+def test_a_slow_raw_copy_is_kept_before_anything_is_staged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background, "THREAD_MIN_BYTES", 0)  # copy every batch on the thread
+    lake = dr.Lake.create(tmp_path / "lake")
+    real_put, real_stage = RawStore.put_file, writer.stage_partitions
+    seen: list[int] = []
+
+    def slow_put(self: RawStore, *a, **kw):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return real_put(self, *a, **kw)
+
+    def stage(*a, **kw):  # type: ignore[no-untyped-def]
+        seen.append(len(lake.raw.list()))
+        return real_stage(*a, **kw)
+
+    monkeypatch.setattr(RawStore, "put_file", slow_put)
+    monkeypatch.setattr(writer, "stage_partitions", stage)
+    report = lake.ingest(_batch(tmp_path / "b1.jsonl", 1))
+    assert report.version is not None and seen == [1]
+    assert lake.raw.read(report.batch_id) == (tmp_path / "b1.jsonl").read_bytes()
+
+
+def test_a_failing_raw_copy_ends_the_ingest_before_staging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background, "THREAD_MIN_BYTES", 0)
+    lake = dr.Lake.create(tmp_path / "lake")
+    first = lake.ingest(_batch(tmp_path / "b1.jsonl", 1))
+    files = sorted((tmp_path / "lake" / "orders").rglob("*.parquet"))
+    staged: list[int] = []
+
+    def broken(self: RawStore, path, **kw):  # type: ignore[no-untyped-def]
+        time.sleep(0.2)  # fails after the plan has started
+        raise InputError(f"batch file changed while it was being ingested: {path}", path=str(path))
+
+    monkeypatch.setattr(RawStore, "put_file", broken)
+    monkeypatch.setattr(writer, "stage_partitions", lambda *a, **kw: staged.append(1))
+    with pytest.raises(InputError, match="changed while it was being ingested"):
+        lake.ingest(_batch(tmp_path / "b2.jsonl", 1000))
+    assert staged == []
+    assert sorted((tmp_path / "lake" / "orders").rglob("*.parquet")) == files
+    assert dr.Lake.open(tmp_path / "lake").read().height == 600 and first.version is not None
+    assert [b.batch_id for b in lake.raw.list()] == [first.batch_id]
+
+
+def test_a_small_batch_is_copied_before_the_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lake = dr.Lake.create(tmp_path / "lake")
+    real_put = RawStore.put_file
+    order: list[str] = []
+    monkeypatch.setattr(RawStore, "put_file", lambda self, *a, **kw: order.append("raw") or real_put(self, *a, **kw))
+    monkeypatch.setattr(upkeep, "before_work", lambda ctx, **kw: order.append("plan") or upkeep.Upkeep())
+    lake.ingest(_batch(tmp_path / "b1.jsonl", 1))
+    assert order == ["raw", "plan"]
