@@ -31,7 +31,7 @@ def test_a_text_key_is_hashed_in_rust_and_equals_hmac(key: bytes) -> None:
     ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
     ids = ["ord-001", "", "ördér-ü", "x" * 500, "ord-001", "new-060-0006131"]
     assert ledger.subject_digests(pl.Series(ids)) == reference(key, ids)
-    assert ledger._column._usable is True  # the Rust path answered (polars-hash is a dependency)
+    assert ledger._hash._column._usable is True  # the Rust path answered (polars-hash is a dependency)
     assert ledger.subject_digests(pl.Series([], dtype=pl.String)) == b""
 
 
@@ -49,7 +49,7 @@ def test_a_key_that_is_not_text_is_hashed_in_python() -> None:
     ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
     ids = ["ord-001", "ördér-ü"]
     assert ledger.subject_digests(pl.Series(ids)) == reference(key, ids)
-    assert ledger._column._usable is False
+    assert ledger._hash._column._usable is False
 
 
 def test_without_the_plugin_the_column_is_hashed_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,7 +58,7 @@ def test_without_the_plugin_the_column_is_hashed_in_python(monkeypatch: pytest.M
     ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
     ids = ["ord-001", "ord-002"]
     assert ledger.subject_digests(pl.Series(ids)) == reference(key, ids)
-    assert ledger._column._usable is False
+    assert ledger._hash._column._usable is False
 
 
 def test_a_plugin_that_disagrees_on_the_probe_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +67,7 @@ def test_a_plugin_that_disagrees_on_the_probe_is_never_used(monkeypatch: pytest.
     ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
     ids = ["ord-001", "ord-002"]
     assert ledger.subject_digests(pl.Series(ids)) == reference(key, ids)
-    assert ledger._column._usable is False
+    assert ledger._hash._column._usable is False
 
 
 def test_a_column_with_nulls_is_left_to_the_caller() -> None:
@@ -83,7 +83,7 @@ def test_buckets_from_the_rust_hash_equal_the_per_key_hash() -> None:
     fast = keyed(ids, 8, ledger.subject_key)  # bulk: the ledger's column path
     per_key = keyed(ids, 8, lambda k: ledger.subject_key(k))  # a plain function: called per key
     assert fast.sort("order_id").equals(per_key.sort("order_id"))
-    assert ledger._column._usable is True
+    assert ledger._hash._column._usable is True
 
 
 
@@ -121,7 +121,7 @@ def test_an_ingest_with_and_without_the_plugin_writes_the_same_lake(tmp_path: Pa
             lake = dr.Lake.create(tmp_path / name)
             for batch in (first, second):
                 lake.ingest(jsonl(batch))
-            assert lake.erasures._column._usable is (name == "rust")
+            assert lake.erasures._hash._column._usable is (name == "rust")
             lakes[name] = lake
     rust, python = lakes["rust"], lakes["python"]
     assert len(_layout(rust)) > 3 and _layout(rust) == _layout(python)
