@@ -229,7 +229,9 @@ def test_a_read_only_key_reads_and_a_write_is_refused_naming_the_keys(s3server_a
     before = _objects(server, bucket)
     reader = with_user(server, "reader", READ_ONLY)
     env = _env(**reader.options)
-    assert len(_rows(_cli(env, "--lake", uri, "--json", "read", "--engine", "duckdb"))) > 0
+    got = _cli(env, "--lake", uri, "--json", "read", "--engine", "duckdb")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert len(_rows(got)) > 0
     out = _cli(env, "--lake", uri, "ingest", "--create", str(ORDERS / "v3.jsonl"), cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert "AWS_SECRET_ACCESS_KEY" in out.stderr and "internal error" not in out.stderr
