@@ -10,7 +10,7 @@ writer if this one is killed) by group of buckets; ONE plan folds all parts' eve
 with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
 group), so each (day, bucket) file is written once per fold, in ONE stage, gate and strict commit
 (deferred) recording every part's batch id. A fold takes at most buckets x `max_group_bytes()`
-bytes of the file (128 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`; on `orders`, 8 buckets: 1 GiB),
+bytes of the file (64 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`; on `orders`, 8 buckets: 512 MiB),
 planned in groups of at most that much input (`group_count`), so memory stays bounded; a larger file is folded in
 several folds, each its own deferred commit (each (day, bucket) file written once per fold), published
 once after the last. Within a fold the same-position check runs over all its parts (a group of positions

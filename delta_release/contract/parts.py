@@ -29,7 +29,7 @@ from .source import FileBatch, read_batch_file
 
 MAX_PART_BYTES = 256 << 20
 ENV_MAX_PART = "DELTA_RELEASE_MAX_PART_BYTES"
-MAX_GROUP_BYTES = 128 << 20
+MAX_GROUP_BYTES = 64 << 20
 ENV_MAX_GROUP = "DELTA_RELEASE_MAX_GROUP_BYTES"
 SCAN_BLOCK = 1 << 20
 
@@ -41,9 +41,10 @@ def max_part_bytes(value: int | None = None) -> int:
 
 def max_group_bytes(value: int | None = None) -> int:
     """The input bytes one group of buckets of a fold may hold: `value`, else $DELTA_RELEASE_MAX_GROUP_BYTES,
-    else 128 MiB. A fold of a file in parts takes at most buckets x this many bytes of the file (parts.py
+    else 64 MiB. A fold of a file in parts takes at most buckets x this many bytes of the file (parts.py
     `folds_of`) and is planned in enough groups that each holds at most this many (`group_count`): a
-    group's events are folded at once, and at 256 MiB a group of a 20M-event backfill peaked at 1.47 GiB."""
+    group's events are folded at once. A 20M-event backfill peaked at 1.47 GiB with 256 MiB groups and
+    at 988 MiB with 64 MiB groups (VmHWM, benchmarks.memtrace)."""
     return byte_limit(value, ENV_MAX_GROUP, MAX_GROUP_BYTES, "the maximum group size")
 
 
