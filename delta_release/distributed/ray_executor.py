@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import polars as pl
@@ -220,20 +220,23 @@ def _gathered(ray: Any, ctx: TableContext, tasks: list[Any]) -> list[Any]:
     for reduced in results:
         for f in getattr(reduced, "files", []):
             ctx.storage.delete(f.path)
-    cause = getattr(failure, "cause", None)
-    if isinstance(cause, DeltaReleaseError):
-        raise cause from None
-    raise failure
+    _raise_ours(failure)
 
 
 def _unwrapped(ray: Any, refs: list[Any]) -> list[Any]:
     try:
         return list(ray.get(refs))
-    except Exception as exc:  # a task's own error (RayTaskError wraps it): ours keeps its exit code
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, DeltaReleaseError):
-            raise cause from None
-        raise
+    except Exception as exc:  # noqa: BLE001 - re-raised by _raise_ours
+        _raise_ours(exc)
+
+
+def _raise_ours(exc: BaseException) -> NoReturn:
+    """Raise a failed task's error: our own as itself (RayTaskError wraps it), so the CLI's exit code
+    holds; anything else as Ray raised it."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, DeltaReleaseError):
+        raise cause from None
+    raise exc
 
 
 class _RayPartsPlan(_PartsPlan):
