@@ -8,15 +8,16 @@ reconciled as a batch of its own (its quarantine ledger); only the decoded event
 at a time. Each part's events are spilled (`spill_directory`: the lake's `_tmp`, swept by the next
 writer if this one is killed) by group of buckets; ONE plan folds all parts' events of a group at a time
 with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
-group), so each (day, bucket) file is written once per fold, in ONE stage, gate and strict commit
-(deferred) recording every part's batch id. A fold takes at most buckets x `max_group_bytes()`
-bytes of the file (64 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`; on `orders`, 8 buckets: 512 MiB),
-planned in groups of at most that much input (`group_count`), so memory stays bounded; a larger file is folded in
-several folds, each its own deferred commit (each (day, bucket) file written once per fold), published
-once after the last. Within a fold the same-position check runs over all its parts (a group of positions
-at a time), so the counts, quarantine and table equal those of ingesting those parts at once; a position a
-later fold reuses with other content is judged as between batches (a conflict with the order's current row
-is quarantined).
+group), so each (day, bucket) file is written once, in ONE stage, gate and strict commit (deferred)
+recording every part's batch id. The groups hold at most `max_group_bytes()` of input each (64 MiB,
+`DELTA_RELEASE_MAX_GROUP_BYTES`; `group_count`), so memory stays bounded: past buckets x that (512 MiB on
+`orders`) each bucket is split in sub-groups, folded one at a time, whose winners replace the bucket's
+files together (`plan_in_groups`), and the key index locations of each are spilled sorted and merged by
+range at the commit. The same-position check runs over all parts (a group of positions at a time), so the
+counts, quarantine and table equal those of ingesting the file at once. (On Ray, whose reduce tasks stage
+whole buckets, a file past buckets x the group limit is folded in several folds (`folds_of`), each its own
+deferred commit, published once after the last; a position a later fold reuses with other content is
+judged as between batches.)
 A stale parent rebuilds the plan from the spill. The map of a source (`map_events`: its events by
 group of buckets, its positions by group, its erased subjects' events held apart), the same-position
 check of a group (`reused_in`) and the fold of a group (`fold_group`) are functions of their own:
@@ -59,7 +60,7 @@ import polars as pl
 
 from . import _delta, index, progress
 from ._malloc import fix_mmap_threshold, use_system_arrow_pool
-from .apply.bucketed import Stream, plan_bucketed
+from .apply.bucketed import Planned, Stream, plan_bucketed, plan_in_groups
 from .apply.fold import ApplyPlan, Columns, Conflict
 from .commit.writer import Change, Plan, StagedCandidate, WriteResult, write
 from .context import LakeContext, TableContext
@@ -68,11 +69,13 @@ from .contract.decode import CONTENT, count_reasons
 from .contract.parts import max_group_bytes, max_part_bytes, part_ranges
 from .contract.source import BytesBatch, FileBatch, as_batch, read_batch_file
 from .errors import ReconciliationError, SafetyError
+from .evidence import FILTER_MAX_KEYS
 from .faults import crash_point
+from .index.keyfile import sorted_run, spilled
 from .ingest import IngestReport, _already_applied, applied_batches, erasure_filter, ingest_batch
 from .maintenance import upkeep
 from .raw.background import RawCopy
-from .stage.buckets import BUCKET_COLUMN, bucket_of_path, with_buckets
+from .stage.buckets import HASH_COLUMN, bucket_of_path, groups_of, hash_array, keyed
 from .storage import local_spill_root, temp_name
 from .tables import DEFAULT_TABLE
 
@@ -98,7 +101,10 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     buckets = lake.table(table).table.buckets
     runner = in_parts if in_parts is not None and buckets else ingest_parts_once
     sources = file_sources(path, ranges)
-    folds = folds_of(sources, buckets * max_group_bytes()) if buckets else [sources]
+    # In this process one fold takes the whole file (its groups split buckets: `group_count`); a cluster's
+    # reduce stages a group of whole buckets per task, so a larger file is several folds there.
+    split = runner is ingest_parts_once or not buckets
+    folds = [sources] if split or not buckets else folds_of(sources, buckets * max_group_bytes())
     if len(folds) == 1:
         return runner(lake, sources, table=table, publish=publish)
     reports = [runner(lake, fold, table=table, publish=False) for fold in folds]  # each fold: its own commit
@@ -108,12 +114,18 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     return _folds_report(reports)
 
 
-def group_count(sources: list[Source], buckets: int) -> int:
-    """How many groups of buckets a fold of `sources` is planned in: one per source (a part's events a
-    group), and at least enough that a group holds at most `max_group_bytes()` of input; never more than
-    the buckets (a group is at least one bucket)."""
+def group_count(sources: list[Source], buckets: int, *, split: bool = True) -> int:
+    """How many groups a fold of `sources` is planned in: enough that a group holds at most
+    `max_group_bytes()` of input, and up to one per source (a part's events a group) while groups are
+    whole buckets. Past `buckets` groups (`split`), a multiple of `buckets`: each bucket in as many
+    sub-groups (`buckets.groups_of`), folded one at a time and written together (`plan_in_groups`).
+    Without `split` (a table without buckets; the Ray reduce, a task per group that stages its own
+    files) never more than the buckets: the caller folds a larger input in several folds (`folds_of`)."""
     total = sum(s.size for s in sources)
-    return max(1, min(buckets, max(len(sources), -(-total // max_group_bytes()))))
+    need = -(-total // max_group_bytes())
+    if need <= buckets or not split:
+        return max(1, min(buckets, max(len(sources), need)))
+    return buckets * -(-need // buckets)
 
 
 def folds_of(sources: list[Source], capacity: int) -> list[list[Source]]:
@@ -397,7 +409,7 @@ def folded_sources(lake: LakeContext, sources: list[Source], *, table: str, repl
     run, which commits later); the spill directory lives as long as the context."""
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
-    groups = group_count(sources, n)
+    groups = group_count(sources, n, split=bool(ctx.table.buckets))
     with spill_directory(lake) as spill:
         parts = _spill(lake, ctx, sources, spill, groups)
         reused = _reused_positions(spill, parts, groups)
@@ -477,9 +489,12 @@ def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, group
     batch number `seq` (SEQ_COLUMN): split into `groups` groups of the table's buckets (bucket % groups, by
     the keyed hash of its key) and as many groups of positions. Groups without events are absent."""
     n = ctx.table.buckets or 1
+    key = ctx.table.keyed().key
     events = events.with_columns(pl.lit(seq, dtype=pl.Int32).alias(SEQ_COLUMN))
-    grouped = with_buckets(events, ctx.table.keyed().key, n, ctx.erasures.subject_key).with_columns(
-        (pl.col(BUCKET_COLUMN) % groups).alias(GROUP_COLUMN)).drop(BUCKET_COLUMN)
+    mapping = keyed(events[key], n, ctx.erasures.subject_key)  # each distinct key hashed once
+    grouped = events.join(mapping.select(key, pl.Series(GROUP_COLUMN, groups_of(hash_array(mapping[HASH_COLUMN]), n,
+                                                                               groups))),
+                          on=key, how="left", maintain_order="left")
     held = _erased_events(lake, grouped)  # never spilled: the spill holds no erased subject's id
     if held is not None:
         grouped = grouped.join(held.select("line"), on="line", how="anti")
@@ -607,6 +622,9 @@ class _PartsPlan(Plan):
         if any(bucket_of_path(e.path, self.buckets) is None
                for e in _delta.file_entries(ctx.uri, ctx.storage_options, parent)):
             return [(everything, None)]
+        if self.groups > self.buckets:  # each bucket in sub-groups (`group_count`): folded one by one, written once
+            return [([b + self.buckets * s for s in range(self.groups // self.buckets)], {b})
+                    for b in range(self.buckets)]
         return [([g], {b for b in range(self.buckets) if b % self.groups == g}) for g in everything]
 
     def screen_held(self, chosen: list[int], live: list[_Part], key: str) -> list[Reject]:
@@ -633,35 +651,42 @@ class _PartsPlan(Plan):
             part.rejects.append(dataclasses.replace(r, line=line, raw=raw, offset=offset, length=length))
 
     def _stream(self, ctx: TableContext, parent: int, live: list[_Part], change: Change) -> Stream:
-        hashes: list[Any] = []
-        days: list[Any] = []
-        changed: list[pl.Series | None] = []
+        runs: list[Any] = []  # each group's key index locations, sorted and spilled (`record` merges them by range)
+        changed = ChangedKeys()
         cols = Columns.of(ctx.table)
         for chosen, only in self.chosen_groups(ctx, parent):
             self.add_rejects(self.screen_held(chosen, live, cols.key))
-            frames = [pl.read_parquet(s) for g in chosen for p in live
-                      if os.path.exists(s := _spill_path(self.spill, g, p.number))]
-            if not frames:
-                continue
-            events = in_order(frames, several=len(chosen) > 1)
-            del frames
-            fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only,
-                              sequenced=self.sequenced)
-            del events
+            if only is not None and len(chosen) > 1:  # a bucket's sub-groups, each read back when folded
+                fold = fold_subgroups(self.lake, ctx, parent, (self._events(live, [g]) for g in chosen),
+                                      reused=self.reused, key=cols.key, only=only, sequenced=self.sequenced)
+            else:
+                events = self._events(live, chosen)
+                if events is None:
+                    continue
+                fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only,
+                                  sequenced=self.sequenced)
+                del events
             self.add_rejects(fold.rejects)
             if fold.stream is None:
                 continue
             change.removes.extend(fold.removes)
             change.details["changed_keys"] += fold.applied.changed_keys
-            changed.append(fold.applied.changed)
+            changed.add(fold.applied.changed)
             if fold.applied.hashed_locations is not None:
-                hashes.append(fold.applied.hashed_locations[0])
-                days.append(fold.applied.hashed_locations[1])
+                runs.append(spilled(sorted_run(fold.applied.hashed_locations),
+                                    os.path.join(self.spill, f"locations-{len(runs):04d}.kx2")))
+            fold.applied.hashed_locations = fold.applied.changed = None
             yield from fold.stream
             crash_point("parts.after_group")
-        if hashes:
-            change.hashed_locations = (np.concatenate(hashes), np.concatenate(days))
-        change.changed = changed_keys(changed)
+        if runs:
+            change.hashed_locations = runs
+        change.changed = changed.result()
+
+    def _events(self, live: list[_Part], chosen: list[int]) -> pl.DataFrame | None:
+        """Every live part's spilled events of the groups `chosen`, in source order (None: none)."""
+        frames = [pl.read_parquet(s) for g in chosen for p in live
+                  if os.path.exists(s := _spill_path(self.spill, g, p.number))]
+        return in_order(frames, several=len(chosen) > 1) if frames else None
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
         for part in self.parts:
@@ -675,12 +700,37 @@ class _PartsPlan(Plan):
         crash_point("ingest.after_quarantine")
 
 
-def changed_keys(groups: list[pl.Series | None]) -> pl.Series | None:
+@dataclass(slots=True)
+class ChangedKeys:
     """The keys every group's fold changed, for the commit's key filter (`Change.changed`: a rebase over
-    this commit then reads none of its files); None if a group's are unknown (the rebase reads them)."""
-    if not groups or any(g is None for g in groups):
-        return None
-    return pl.concat([g for g in groups if g is not None])
+    this commit then reads none of its files): gathered group by group, only their count once there are
+    more than a filter holds (a backfill's millions of keys are not kept to say `all`)."""
+
+    keys: list[pl.Series] = field(default_factory=list)
+    count: int = 0
+    groups: int = 0
+    unknown: bool = False  # a group's are unknown: the rebase reads the commit's files
+
+    def add(self, keys: pl.Series | None) -> None:
+        self.groups += 1
+        if keys is None:
+            self.unknown = True
+            return
+        self.count += keys.len()
+        self.keys = [] if self.count > FILTER_MAX_KEYS else [*self.keys, keys]
+
+    def result(self) -> pl.Series | int | None:
+        if self.unknown or not self.groups:
+            return None
+        return self.count if self.count > FILTER_MAX_KEYS else pl.concat(self.keys)
+
+
+def changed_keys(groups: list[pl.Series | None]) -> pl.Series | int | None:
+    """`ChangedKeys` of `groups` (each group's changed keys, None: unknown)."""
+    gathered = ChangedKeys()
+    for keys in groups:
+        gathered.add(keys)
+    return gathered.result()
 
 
 def in_order(frames: list[pl.DataFrame], *, several: bool) -> pl.DataFrame:
@@ -710,8 +760,31 @@ def fold_group(lake: LakeContext, ctx: TableContext, parent: int, events: pl.Dat
     if not sequenced:
         events = events.drop(SEQ_COLUMN)
     events, rejects = screened(lake, events, reused, key)
-    applied, removes, stream = plan_bucketed(ctx, parent, events, only_buckets=only,
-                                             sequence=SEQ_COLUMN if sequenced else None)
+    planned = plan_bucketed(ctx, parent, events, only_buckets=only, sequence=SEQ_COLUMN if sequenced else None)
+    return _group_fold(planned, rejects)
+
+
+def fold_subgroups(lake: LakeContext, ctx: TableContext, parent: int, groups: Iterator[pl.DataFrame | None], *,
+                   reused: pl.Series, key: str, only: set[int], sequenced: bool) -> GroupFold:
+    """`fold_group` of a bucket's sub-groups (`groups`: each one's events, None for none, read as the fold
+    reaches it): each `screened` and folded on its own, their winners written together
+    (`plan_in_groups`: each (day, bucket) file once)."""
+    rejects: list[Reject] = []
+
+    def each() -> Iterator[pl.DataFrame]:
+        for events in groups:
+            if events is None:
+                continue
+            events, screened_out = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key)
+            rejects.extend(screened_out)
+            yield events
+
+    planned = plan_in_groups(ctx, parent, each(), only_buckets=only, sequence=SEQ_COLUMN if sequenced else None)
+    return _group_fold(planned, rejects)
+
+
+def _group_fold(planned: Planned, rejects: list[Reject]) -> GroupFold:
+    applied, removes, stream = planned
     conflicts = [Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
                         order_id=c.order_id) for c in applied.conflicts]
     return GroupFold(applied=applied, removes=removes, stream=stream, rejects=[*rejects, *conflicts])

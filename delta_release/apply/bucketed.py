@@ -16,6 +16,7 @@ batch's keys are read and rewritten, a partition at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -183,7 +184,8 @@ class _Kept:
         counts = [e.num_records for e in entries]
         if None in counts or sum(c or 0 for c in counts) > self.budget:
             return False
-        whole = scan_tagged(ctx, cols, entries, buckets)
+        whole = scan_tagged(ctx, cols, entries, buckets) if entries else _tagged(cols.empty(), None).with_columns(
+            pl.lit(None, dtype=pl.String).alias(PATH_COLUMN))
         if whole is None:
             return False
         self.whole = whole
@@ -320,22 +322,74 @@ def _bucketed(rows: pl.DataFrame, key: str, n: int, hasher: Hasher) -> pl.DataFr
                       with_buckets(untagged.drop(BUCKET_COLUMN), key, n, hasher)])
 
 
+Planned = tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]
+
+
 def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int] | None = None,
-                  sequence: str | None = None) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
+                  sequence: str | None = None) -> Planned:
     """The batch's plan (conflicts, changed keys, locations), the parent files it replaces and the lazy
     stream of their new content. No stream: nothing to commit. `only_buckets`: every key of `events` hashes
     to one of these buckets and the parent has no untagged file (a file in parts, planned a group of
     buckets at a time: parts.py), so only those buckets' files are read. `sequence`: the column of `events`
     that numbers their batch (several batches in one plan, applied in that order as if committed one
     after the other: `fold_in_order`)."""
+    folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
+    if folded.rows is None:
+        return folded.plan, [], None
+    return _replace(ctx, Columns.of(ctx.table), folded.plan, folded.files, folded.kept, folded.rows,
+                    ctx.table.buckets or 1)
+
+
+def plan_in_groups(ctx: TableContext, parent: int, groups: Iterator[pl.DataFrame], *, only_buckets: set[int],
+                   sequence: str | None = None) -> Planned:
+    """`plan_bucketed` of the events of `groups` taken together, where each group holds its own keys (none
+    in two groups) and all hash to `only_buckets` (the sub-groups of a bucket: a file in parts too large
+    to fold a bucket's events at once, parts.py): each group is folded on the parent on its own (one
+    group's events in memory), and the winners of all of them replace the buckets' files once (each
+    (day, bucket) file written once, whatever the number of groups). Memory: a group's events, plus the
+    new rows of the buckets (one row per changed key)."""
+    cols = Columns.of(ctx.table)
+    plan = ApplyPlan()
+    rows: list[pl.DataFrame] = []
+    for events in groups:
+        folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
+        plan.conflicts.extend(folded.plan.conflicts)
+        if folded.rows is not None:  # the columns `_replace` reads, in one order whichever way it was folded
+            rows.append(folded.rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior", HASH_COLUMN))
+        del folded
+    if not rows:
+        return plan, [], None
+    every = pl.concat(rows, how="vertical_relaxed")
+    del rows
+    return _replace(ctx, cols, plan, _Files(ctx, parent, cols), _Kept(budget=KEPT_MAX_ROWS), every,
+                    ctx.table.buckets or 1, prefetch=True)
+
+
+@dataclass(slots=True)
+class _Folded:
+    """A batch folded on a parent: the plan so far (conflicts), the parent's file list and the rows kept
+    from reading it, and the fold's new row of each winning key (None: nothing changes) with its
+    HASH_COLUMN (or null) and BUCKET_COLUMN: what `_replace` takes."""
+
+    plan: ApplyPlan
+    files: _Files
+    kept: _Kept
+    rows: pl.DataFrame | None
+
+
+def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int] | None,
+               sequence: str | None) -> _Folded:
+    """`plan_bucketed` up to the files it replaces: the prior rows of the batch's keys, and the fold."""
     tdef = ctx.table
     n = tdef.buckets or 1
     cols = Columns.of(tdef)
     key, part = cols.key, cols.partition
     hasher = ctx.erasures.subject_key
     plan = ApplyPlan()
+    files = _Files(ctx, parent, cols)
+    kept = _Kept(budget=min(max(events.height, KEPT_MIN_ROWS), KEPT_MAX_ROWS))
     if events.height == 0:
-        return plan, [], None
+        return _Folded(plan, files, kept, None)
     batches: pl.Series | None = None
     if sequence is not None:
         if events[sequence].n_unique() > 1:
@@ -351,11 +405,9 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_
     else:
         events = dedupe_events(events, cols)
         distinct = events.select(key).unique()
-    files = _Files(ctx, parent, cols)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
-    # rows of the touched days' files (usually the ones rewritten), kept for the rewrite within the budget
-    kept = _Kept(budget=min(max(events.height, KEPT_MIN_ROWS), KEPT_MAX_ROWS))
+    # (`kept`: rows of the touched days' files, usually the ones rewritten, kept for the rewrite within its budget)
     if events.height >= PREFETCH_KEYS_PER_BUCKET * n:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
         # none of k keys is ((n-1)/n)^k): all their files are read first, and a key found in a tagged file
@@ -368,7 +420,7 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_
             unresolved = joined.filter(pl.col(ROW_COLUMN).is_null()).select(key, HASH_COLUMN, BUCKET_COLUMN)
             elsewhere = _elsewhere(ctx, parent, cols, files, unresolved, touched, n) if unresolved.height else None
             if elsewhere is None or elsewhere.height == 0:  # every prior row is in the frame: one join did
-                return _plan_joined(ctx, cols, plan, files, kept, joined, n)  # the lookup and the fold's join
+                return _folded_joined(cols, plan, files, kept, joined)  # the lookup and the fold's join
             keys, found = joined.select(key, HASH_COLUMN, BUCKET_COLUMN), kept.whole.select(cols.row_columns)
             unresolved = unresolved.head(0)  # located above: the lookup after these branches has nothing left
             found = pl.concat([found, elsewhere])
@@ -397,27 +449,28 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_
         folded = fold(events, prior, cols, unique_keys=unique_keys)
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
-        return plan, [], None
-    return _replace(ctx, cols, plan, files, kept, folded.rows.join(keys, on=key, how="left"), n)
+        return _Folded(plan, files, kept, None)
+    return _Folded(plan, files, kept, folded.rows.join(keys, on=key, how="left"))
 
 
-def _plan_joined(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept,
-                 joined: pl.DataFrame, n: int) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
-    """The plan from `_joined_in_frame`'s events (distinct keys) when every prior row is in the kept
+def _folded_joined(cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, joined: pl.DataFrame) -> _Folded:
+    """The fold of `_joined_in_frame`'s events (distinct keys) when every prior row is in the kept
     frame: the fold decides on that join, its rows keep their key's hash and bucket, and the kept frame
     loses the prior row of every winning key by its position (no join on keys to find them)."""
     folded = fold_joined(joined, cols, keep=(HASH_COLUMN, BUCKET_COLUMN, ROW_COLUMN))
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
-        return plan, [], None
+        return _Folded(plan, files, kept, None)
     kept.drop_rows(folded.rows[ROW_COLUMN].drop_nulls().to_numpy())
-    return _replace(ctx, cols, plan, files, kept, folded.rows.drop(ROW_COLUMN), n)
+    return _Folded(plan, files, kept, folded.rows.drop(ROW_COLUMN))
 
 
 def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, rows: pl.DataFrame,
-             n: int) -> tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]:
+             n: int, *, prefetch: bool = False) -> Planned:
     """The files to replace and the stream of their new content, from `rows` (the fold's new row of each
-    winning key, with its HASH_COLUMN or null and its BUCKET_COLUMN)."""
+    winning key, with its HASH_COLUMN or null and its BUCKET_COLUMN). `prefetch`: `kept` holds nothing
+    yet; the replaced files are read in one scan if they fit its budget (none: an empty frame), so the
+    days' content is computed at once."""
     key, part = cols.key, cols.partition
     groups: dict[Any, set[int]] = {}  # (day, bucket) of every new row and of every row it replaces: one
     pairs = pl.concat([rows.lazy().select(part, BUCKET_COLUMN),  # query (two eager uniques cost ~3x)
@@ -432,6 +485,8 @@ def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, k
     plan.changed_keys = new_rows.height
     plan.changed = rows[key]
     plan.hashed_locations = _moved_locations(rows, key, part, n, ctx.erasures.subject_key)
+    if prefetch:
+        kept.prefetch(ctx, cols, removes, n)
     kept.only({e.path for e in removes})  # the others go now
     return plan, removes, _stream(ctx, cols, days, replaced, new_rows, n, kept)
 

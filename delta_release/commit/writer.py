@@ -107,13 +107,15 @@ class Change:
     # places (None: derive them from every row it stages), and keys it removes from the table (erasure).
     locations: dict[str, Any] | None = None
     gone_keys: list[str] = field(default_factory=list)
-    hashed_locations: tuple[Any, Any] | None = None  # more locations, by keyed hash (index/keys.py `record`)
+    # more locations, by keyed hash (index/keys.py `record`): one run, or sorted spilled runs with no hash in two
+    hashed_locations: tuple[Any, Any] | list[Any] | None = None
     # Or: files already staged elsewhere for this parent (by workers: distributed/), with their evidence;
     # gated here like the writer's own, and discarded like them (a failed gate, a stale parent)
     prestaged: Candidate | None = None
     # Every key whose row this change writes, moves or tombstones (an ingest's fold: its new rows), for the
-    # evidence's key filter (commit/rebase.py). None: not recorded; a rebase over it reads its files.
-    changed: pl.Series | None = None
+    # evidence's key filter (commit/rebase.py). None: not recorded; a rebase over it reads its files. A
+    # count: more keys than a filter holds (FILTER_MAX_KEYS), not kept (the filter then says `all`).
+    changed: pl.Series | int | None = None
 
     @property
     def empty(self) -> bool:
@@ -263,13 +265,15 @@ def stage(ctx: TableContext, plan: Plan, parent: int, *, publication: str = IMME
     return StagedCandidate(table=ctx.name, parent=parent, change=change, staged=candidate, evidence=evidence)
 
 
-def key_filter_of(ctx: TableContext, keys: pl.Series | None) -> KeyFilter | None:
-    """The evidence's filter of `keys` (None stays None); over FILTER_MAX_KEYS keys `all`, without hashing
-    (nor a pass over a backfill's keys: a fold's new rows hold each key once)."""
+def key_filter_of(ctx: TableContext, keys: pl.Series | int | None) -> KeyFilter | None:
+    """The evidence's filter of `keys` (None stays None; a count: that many keys, not kept); over
+    FILTER_MAX_KEYS keys `all`, without hashing (nor a pass over a backfill's keys: a fold's new rows hold
+    each key once)."""
     if keys is None:
         return None
-    if keys.len() > FILTER_MAX_KEYS:
-        return KeyFilter(keys=keys.len(), all=True)
+    count = keys if isinstance(keys, int) else keys.len()
+    if isinstance(keys, int) or count > FILTER_MAX_KEYS:
+        return KeyFilter(keys=count, all=True)
     keys = keys.unique()
     return KeyFilter.of(ctx.erasures.filter_digests(keys))
 

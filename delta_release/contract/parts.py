@@ -41,10 +41,10 @@ def max_part_bytes(value: int | None = None) -> int:
 
 def max_group_bytes(value: int | None = None) -> int:
     """The input bytes one group of buckets of a fold may hold: `value`, else $DELTA_RELEASE_MAX_GROUP_BYTES,
-    else 64 MiB. A fold of a file in parts takes at most buckets x this many bytes of the file (parts.py
-    `folds_of`) and is planned in enough groups that each holds at most this many (`group_count`): a
-    group's events are folded at once. A 20M-event backfill peaked at 1.47 GiB with 256 MiB groups and
-    at 988 MiB with 64 MiB groups (VmHWM, benchmarks.memtrace)."""
+    else 64 MiB. A fold of a file in parts is planned in enough groups that each holds at most this many
+    (parts.py `group_count`; past the buckets, sub-groups of each bucket): a group's events are folded at
+    once. A 20M-event backfill peaked at 1.47 GiB with 256 MiB groups and at 988 MiB with 64 MiB groups,
+    then in folds of 512 MiB; in one fold of 40 sub-groups, 1,010 MiB (VmHWM, benchmarks.memtrace)."""
     return byte_limit(value, ENV_MAX_GROUP, MAX_GROUP_BYTES, "the maximum group size")
 
 

@@ -331,7 +331,7 @@ def _mapped(lake: LakeContext, sources: list[Source], *, table: str, opener: Ope
     ctx = lake.table(table)
     n = ctx.table.buckets or 1
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    groups = max(group_count(sources, n), min(n, cpus))
+    groups = max(group_count(sources, n, split=False), min(n, cpus))  # a reduce task stages whole buckets
     mapper = ray.remote(num_cpus=1, num_returns=2 + 2 * groups, max_retries=RETRIES)(_map_task)
     outs = [mapper.remote(opener, table, source, groups) for source in sources]
     waiting = {out[0]: number for number, out in enumerate(outs, start=1)}

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Literal, NamedTuple
 
 import numpy as np
 
-from ..storage import Storage
+from ..storage import Storage, map_file
 
 MAGIC = b"DRKEYS02"
 LEGACY_MAGIC = b"DRKEYS01"  # the previous layout (`.kx`): n hashes, then n partitions
@@ -241,6 +241,24 @@ def _merge(runs: list[Run], *, drop_gone: bool) -> Run:
         alive = day != GONE
         h, day = h[alive], day[alive]
     return np.ascontiguousarray(h), np.ascontiguousarray(day)
+
+
+def sorted_run(run: Run) -> Run:
+    """`run` (hashes and partition values, in the order they happened: a later entry wins) sorted by hash,
+    one entry per hash: a piece of a large commit's locations, ready for `write_merged`."""
+    return _merge([(run[0][::-1], run[1][::-1])], drop_gone=False)
+
+
+def spilled(run: Run, path: str) -> Source:
+    """A sorted run (`sorted_run`) written to the local file `path` as a key index file and read back
+    memory-mapped: what `write_merged` takes, its pages the page cache's (released range by range as the
+    merge goes), not the heap's; the mapping outlives the file's name (a spill removed before the
+    commit's record)."""
+    with open(path, "w+b") as handle:
+        handle.write(_encode(run))
+        handle.flush()
+        data, mapped = map_file(handle)
+    return Source(_decode(data, path), mapped)
 
 
 def _argsort(h: np.ndarray) -> np.ndarray:

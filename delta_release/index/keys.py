@@ -269,10 +269,14 @@ class KeyIndex:
         return self._hash(keys), np.fromiter((_day_in(d) for d in days), dtype=DAY, count=len(keys))
 
     def record(self, version: int, locations: dict[str, int | None], gone: Iterable[str] = (),
-               *, files: Iterable[str] = (), hashed_locations: Run | None = None) -> None:
+               *, files: Iterable[str] = (), hashed_locations: Run | list[Source] | None = None) -> None:
         """Commit `version` put each order of `locations` (and every order of the data files `files`, and
         each hash of `hashed_locations`: (S32 hashes, int32 partitions, NULL_DAY for null)) in that
-        partition and removed `gone`. One file write, then the writer's share of compaction."""
+        partition and removed `gone`. One file write, then the writer's share of compaction.
+        `hashed_locations` as a list: sorted runs (keyfile `spilled`: memory-mapped) with no hash in two
+        (a file in parts, a run per group of its fold), merged into the file a range at a time
+        (`write_merged`), never held together (a 20M-event backfill's 18M hashes are 655 MB; a sort of
+        them in one run peaked at 3 GB)."""
         if self._watermark() is None:
             if version != 1 or _delta.file_entries(self.uri, self.options, 0):
                 return  # no index yet: the next lookup builds it from the table, this commit included
@@ -282,12 +286,16 @@ class KeyIndex:
             # the table at once (8 writers on 2 cores: 0.71 s each, 14x a lone writer's lookup).
             self.rebuild(0)
         runs = [self._run_of(list(locations), locations.values())]
-        if hashed_locations is not None:
+        if isinstance(hashed_locations, tuple):
             runs.append(hashed_locations)
-        runs += self._locations_of_files(list(files))
         gone = list(gone)
-        runs.append((self._hash(gone), np.full(len(gone), GONE, dtype=DAY)))
-        self._write(0, version, version, _from_runs(runs))
+        later = [*self._locations_of_files(list(files)), (self._hash(gone), np.full(len(gone), GONE, dtype=DAY))]
+        if isinstance(hashed_locations, list):  # newest first: the files and gone, the sorted runs, `locations`
+            newer, older = _from_runs(later), _from_runs(runs)
+            write_merged(self.index, tiers.name(FOLDER, EXT, 0, version, version),
+                         [Source(_keys(newer), None), *reversed(hashed_locations), Source(_keys(older), None)])
+        else:
+            self._write(0, version, version, _from_runs(runs + later))
         self.maintain()
 
     def _locations_of_files(self, paths: list[str]) -> list[Run]:

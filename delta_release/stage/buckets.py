@@ -64,6 +64,18 @@ def buckets_of_digests(raw: bytes, buckets: int) -> np.ndarray:
     return (tail % buckets).astype(np.int32)
 
 
+def groups_of(hashes: np.ndarray, buckets: int, groups: int) -> np.ndarray:
+    """The group of each keyed hash (S32 items) when a table of `buckets` buckets is planned in `groups`
+    groups (int32). At most `buckets` groups: a group of whole buckets, the bucket % `groups`. More (a
+    multiple of `buckets`): each bucket split in `groups // buckets` sub-groups, on a word of the hash the
+    bucket does not use: bucket + buckets x (the hash's 7th big-endian 4-byte word % sub-groups), so
+    group g holds keys of bucket g % `buckets` only."""
+    words = np.ascontiguousarray(hashes).view(">u4").reshape(-1, 8)
+    bucket = words[:, 7] % buckets
+    group: np.ndarray = bucket % groups if groups <= buckets else bucket + buckets * (words[:, 6] % (groups // buckets))
+    return group.astype(np.int32)
+
+
 def bucket_of_keys(keys: Iterable[str], buckets: int, hasher: Hasher) -> list[int]:
     """Bucket of each key (in order)."""
     return [int(b) for b in buckets_of_digests(digests(list(keys), hasher), buckets)]

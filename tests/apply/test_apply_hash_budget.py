@@ -126,7 +126,7 @@ def test_a_large_batch_with_and_without_repeated_keys_gives_the_reference_fold(t
 def test_a_large_batch_folds_on_its_one_join_unless_a_prior_row_is_in_another_day(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: bool) -> None:
     """A large batch of distinct keys whose prior rows are all in its days' files is folded on the join that
-    also gives the keys' buckets (`_plan_joined`: the rewrite drops the winners' old rows by position); a
+    also gives the keys' buckets (`_folded_joined`: the rewrite drops the winners' old rows by position); a
     key whose row is in another day (found by the key index) takes the general path. Moves, deletes, new
     keys and a position conflict give the reference fold either way, with one row per order."""
     lake = dr.Lake.create(tmp_path / "lake")
@@ -148,8 +148,8 @@ def test_a_large_batch_folds_on_its_one_join_unless_a_prior_row_is_in_another_da
         second += [up(f"m{i}", 3000 + i, amount=9_000 + i, day=48) for i in range(20)]
         second += [rm(f"m{i}", 3100 + i, None) for i in range(20, 25)]
     joined: list[bool] = []
-    real = bucketed._plan_joined
-    monkeypatch.setattr(bucketed, "_plan_joined", lambda *a: joined.append(True) or real(*a))
+    real = bucketed._folded_joined
+    monkeypatch.setattr(bucketed, "_folded_joined", lambda *a: joined.append(True) or real(*a))
     report = lake.ingest(jsonl(second))
     assert joined == ([] if elsewhere else [True])
     assert report.quarantined == 1 and report.reasons == {"position_conflict": 1}

@@ -724,42 +724,59 @@ def _unique_history(seed: int, n: int) -> list[dict[str, Any]]:
     return events
 
 
-def test_a_file_over_a_folds_capacity_is_folded_in_several_commits_and_published_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file larger than buckets x the group limit is folded in several folds (memory stays a group's):
-    each its own deferred commit recording its parts, ONE publication of the last, the table and counts of
-    the one-part ingest, each part's first_line its line in the whole file; a kill after the first fold's
-    commit publishes nothing and the rerun completes."""
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_file_over_buckets_x_the_group_limit_folds_sub_groups_and_writes_each_file_once(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file larger than buckets x the group limit is planned in sub-groups of each bucket (memory stays a
+    group's): each folded on its own over the parent's rows, their winners written together, so the file
+    is still ONE commit adding each (day, bucket) file once, with the table, counts and quarantine of the
+    one-part ingest (conflicts with the parent, an erased subject, a position reused in the file); a kill
+    after the first bucket's files were staged publishes nothing and the rerun completes."""
+    events = order_history(seed, 600)
     path = tmp_path / "big.jsonl"
-    path.write_bytes(jsonl(_unique_history(3, 800)))
-    whole = dr.Lake.create(tmp_path / "whole")
+    path.write_bytes(jsonl(events) + b"not json\n" + jsonl([up("ord-002", 50, 1, 2)]))
+    whole = _based(tmp_path / "whole")
     one = whole.ingest(path)
-    env = {ENV_MAX_PART: "2048", ENV_MAX_GROUP: "1024"}  # 8 buckets x 1 KiB: a fold holds ~4 parts
+    env = {ENV_MAX_PART: "2048", ENV_MAX_GROUP: "1024"}  # ~70 KiB over 8 buckets x 1 KiB: sub-groups
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    folds = parts_mod.folds_of(parts_mod.file_sources(path, part_ranges(path, 2048)), 8 * 1024)
-    assert len(folds) >= 3
-    lake = dr.Lake.create(tmp_path / "lake")
+    groups = parts_mod.group_count(parts_mod.file_sources(path, part_ranges(path, 2048)), 8)
+    assert groups > 8 and groups % 8 == 0
+    lake = _based(tmp_path / "lake")
+    before, on_disk = lake.latest_version("orders"), _parquet_files(lake)
     report = lake.ingest(path)
+    assert before is not None and rows(lake) == rows(whole)
+    assert (report.extracted, report.accepted, report.quarantined, report.reasons) == (
+        one.extracted, one.accepted, one.quarantined, one.reasons)
+    assert report.reasons.get("position_conflict", 0) > 0 and report.reasons.get("erased_subject", 0) > 0
+    assert _file_lines(lake, report) == _file_lines(whole, one)
+    assert {p["version"] for p in report.parts} == {report.version} == {before + 1}
+    assert lake.published("orders").version == report.version
+    adds = _commit_adds(lake, report.version)
+    where = [(a["partitionValues"]["event_day"], bucket_of_path(a["path"], 8)) for a in adds]
+    assert len(where) == len(set(where)) and None not in {b for _, b in where}
+    live = _delta.file_entries(lake.table_uri("orders"), lake.options, report.version)
+    at = [(str(e.partition_values.get("event_day")), bucket_of_path(e.path, 8)) for e in live]
+    assert len(at) == len(set(at)) and assert_tags_hold(lake) == 0
+    assert _parquet_files(lake) == on_disk | {a["path"] for a in adds}  # nothing staged twice
+    # the key index learnt from the groups' spilled runs where the file put every order: a later batch
+    # moving orders to other days finds their rows there (else an order would have two rows)
+    expected = rows(whole)  # (for the killed lake below)
+    later = jsonl([up(f"ord-{i:03d}", 10_000 + i, 5, 40 + i % 3) for i in range(1, 61)])
+    whole.ingest(later)
+    lake.ingest(later)
     assert rows(lake) == rows(whole)
-    assert (report.extracted, report.accepted, report.quarantined) == (one.extracted, one.accepted, one.quarantined)
-    commits = sorted({p["version"] for p in report.parts if p["version"] is not None})
-    assert len(commits) >= 3 and lake.latest_version("orders") == commits[-1] == report.version
-    assert lake.published("orders").version == report.version  # published once, the last fold's version
-    for v in commits:  # each fold's commit records exactly its parts
-        evidence = _delta.version_evidence(lake.table_uri("orders"), lake.options, v)
-        assert evidence is not None
-        assert evidence["batch_ids"] == [p["batch_id"] for p in report.parts if p["version"] == v]
-    for a, b in zip(report.parts, report.parts[1:], strict=False):
-        assert b["first_line"] == a["first_line"] + a["extracted"]
+    assert lake.scan("orders", include_tombstones=True).collect()["order_id"].is_unique().all()
 
     killed_dir = tmp_path / "killed"
-    dr.Lake.create(killed_dir)
-    killed = _cli(killed_dir, "ingest", str(path), env={**env, "DELTA_RELEASE_CRASH_AT": "ingest.after_commit"})
+    killed_lake = _based(killed_dir)
+    published = killed_lake.published("orders").version
+    killed = _cli(killed_dir, "ingest", str(path), env={**env, "DELTA_RELEASE_CRASH_AT": "parts.after_group"})
     assert killed.returncode == -9, killed.stderr
-    lake = dr.Lake.open(killed_dir)
-    assert lake.latest_version("orders") == 1 and lake.published("orders").version == 0  # one fold, unpublished
+    killed_lake = dr.Lake.open(killed_dir)
+    assert killed_lake.latest_version("orders") == killed_lake.published("orders").version == published
     rerun = _cli(killed_dir, "ingest", str(path), env=env)
     assert rerun.returncode == 0, rerun.stderr
-    lake = dr.Lake.open(killed_dir)
-    assert rows(lake) == rows(whole) and lake.published("orders").version == lake.latest_version("orders")
+    killed_lake = dr.Lake.open(killed_dir)
+    assert rows(killed_lake) == expected
+    assert killed_lake.published("orders").version == killed_lake.latest_version("orders") == published + 1
