@@ -117,6 +117,7 @@ def _drop(key: CacheKey) -> None:
     _TIPS.pop(key, None)
     _LISTED.pop(key, None)
     _STATES.pop(key, None)
+    _FACTS.pop(key, None)
 
 
 def _cache_key(uri: str, options: dict[str, str]) -> CacheKey:
@@ -166,6 +167,7 @@ def forget_handles() -> None:
     _STATES.clear()
     _TIPS.clear()
     _LISTED.clear()
+    _FACTS.clear()
 
 
 def table_id(uri: str, options: dict[str, str]) -> str | None:
@@ -174,7 +176,7 @@ def table_id(uri: str, options: dict[str, str]) -> str | None:
     if handle is not None:
         return str(handle.metadata().id)
     version = latest_version(uri, options)
-    return None if version is None else str(_state(uri, options, version).metadata["id"])
+    return None if version is None else str(_facts(uri, options, version)[1]["id"])
 
 
 def latest_version(uri: str, options: dict[str, str]) -> int | None:
@@ -286,9 +288,9 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
-    state = _state(uri, options, parent)  # protocol and metadata as at `parent` (a plan has read it)
-    if _plain_writer(state, adds, removes):
-        return _commit_entry(uri, options, state, table=table, parent=parent, adds=adds, removes=removes,
+    facts = _facts(uri, options, parent)  # protocol and metadata as at `parent` (no file list needed)
+    if _plain_writer(facts, adds, removes):
+        return _commit_entry(uri, options, facts, table=table, parent=parent, adds=adds, removes=removes,
                              evidence=evidence, partition_by=partition_by, now=now)
     handle = _snapshot(uri, options, parent)  # delta-rs commits on its snapshot of the parent
     actions: list[AddAction | RemoveAction] = [
@@ -328,13 +330,14 @@ CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval's default
 CHECKPOINT_ACTIONS = 10_000
 
 
-def _plain_writer(state: _delta_log.State, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
-    protocol, config = state.protocol, state.metadata.get("configuration") or {}
+def _plain_writer(facts: Facts, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
+    protocol, metadata = facts
+    config = metadata.get("configuration") or {}
     if int(protocol.get("minWriterVersion") or 0) > 2 or protocol.get("writerFeatures"):
         return False
     if str(config.get("delta.appendOnly", "false")).lower() == "true":
         return False
-    if "delta.invariants" in str(state.metadata.get("schemaString")):
+    if "delta.invariants" in str(metadata.get("schemaString")):
         return False
     return all(_PLAIN_PATH.fullmatch(path) for path in [*(a.path for a in adds), *(r.path for r in removes)])
 
@@ -356,7 +359,7 @@ def _entry_bytes(*, parent: int, adds: list[FileAdd], removes: list[FileEntry], 
                   "partitionValues": _remove_values(r), "size": r.size} for r in removes])
 
 
-def _commit_entry(uri: str, options: dict[str, str], state: _delta_log.State, *, table: str, parent: int,
+def _commit_entry(uri: str, options: dict[str, str], facts: Facts, *, table: str, parent: int,
                   adds: list[FileAdd], removes: list[FileEntry], evidence: dict[str, Any],
                   partition_by: list[str], now: int) -> int:
     from .storage import Storage
@@ -372,7 +375,7 @@ def _commit_entry(uri: str, options: dict[str, str], state: _delta_log.State, *,
         theirs = storage.read_tagged(rel)
         if theirs is None or theirs[0] != data:
             raise StaleParentError(table, parent, latest_version(uri, options))
-    config = state.metadata.get("configuration") or {}
+    config = facts[1].get("configuration") or {}
     interval = int(config.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
     # Where delta-rs's hook puts them (99, 199, ...: test_log_retention), and after a commit of many actions
     # (a backfill): every later open would otherwise parse that entry's JSON.
@@ -465,6 +468,33 @@ def _keep(key: CacheKey, ident: tuple[Any, ...], state: _delta_log.State) -> Non
     _STATES[key] = (ident, state)
     while len(_STATES) > STATES_KEPT:
         _STATES.pop(next(iter(_STATES)))
+
+
+# The protocol and metaData actions of a version (`Facts`) are all a commit (`_plain_writer`, the checkpoint
+# interval) and `table_id` read of it. A commit after a stale parent asks them of a newer version than the
+# cached state's: the entries in between are read (as for `_advanced`), and when they hold only adds and
+# removes the facts are the cached state's, without moving its file frame (a Polars filter and concat per
+# commit: ~1 ms each at 256 files, paid again on every retry of a rebase over other writers' commits). The
+# frame moves when a plan asks for it (`partition_entries`). Kept per table, by the version's log identity.
+Facts = tuple[dict[str, Any], dict[str, Any]]  # (protocol, metaData)
+_FACTS: dict[CacheKey, tuple[tuple[Any, ...], Facts]] = {}
+
+
+def _facts(uri: str, options: dict[str, str], version: int) -> Facts:
+    key = _cache_key(uri, options)
+    ident = (version, _log_identity(uri, options, version))
+    if ident[1] is not None:
+        known = [hit for hit in (_FACTS.get(key), _STATES.get(key)) if hit is not None and hit[0][0] <= version]
+        for (at, identity), got in sorted(known, key=lambda h: -int(h[0][0])):  # the newest first
+            facts = got if isinstance(got, tuple) else (got.protocol, got.metadata)
+            if (at, identity) == ident:
+                return facts
+            if identity is not None and _log_identity(uri, options, at) == identity \
+                    and _plain_steps(uri, options, at + 1, version) is not None:
+                _FACTS[key] = (ident, facts)
+                return facts
+    state = _state(uri, options, version)
+    return state.protocol, state.metadata
 
 
 def _state_version(uri: str, options: dict[str, str]) -> int | None:
