@@ -71,12 +71,29 @@ CacheKey = tuple[str, tuple[tuple[str, str], ...]]  # a table's URI and storage 
 _HANDLES: dict[CacheKey, tuple[DeltaTable, tuple[int, int] | None]] = {}
 
 
+def _storage(uri: str, options: dict[str, str]) -> Storage:
+    """The storage of a table's root. A local one is kept per URI: building one resolves its path (~25 us,
+    several times that on a busy machine), and a writer stats log entries ~50 times an ingest
+    (`_log_identity`), more when it rebases. An s3:// one is built afresh: its settings follow the AWS_*
+    variables of the moment (s3config.py)."""
+    from .storage import Storage
+
+    if "://" in uri and not uri.startswith("file://"):
+        return Storage(uri, options)
+    key = _cache_key(uri, options)
+    storage = _STORAGES.get(key)
+    if storage is None:
+        storage = _STORAGES[key] = Storage(uri, options)
+    return storage
+
+
+_STORAGES: dict[CacheKey, Storage] = {}
+
+
 def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int, int] | None:
     """(modification time, size) of the log entry of `version`, or None when it does not exist: one stat
     (a HEAD on S3), not a listing of `_delta_log`."""
-    from .storage import Storage
-
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     info = storage.fs.get_file_info(storage.full_path(_delta_log.log_path(version)))
     if info.size is None:
         return None
@@ -168,6 +185,7 @@ def forget_handles() -> None:
     _TIPS.clear()
     _LISTED.clear()
     _FACTS.clear()
+    _STORAGES.clear()
 
 
 def table_id(uri: str, options: dict[str, str]) -> str | None:
@@ -212,9 +230,7 @@ def _log_tip(uri: str, options: dict[str, str]) -> int | None:
     the checkpoint `_last_checkpoint` names (or after version 0), from one listing of the names after it (one
     request on S3); None when that does not settle it, a gap among the entries included (the caller asks
     delta-rs, which lists the whole `_delta_log` and says what is wrong)."""
-    from .storage import Storage
-
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     start = _delta_log.last_checkpoint(_reader(uri, options))
     if start is None:
         start = 0
@@ -362,13 +378,11 @@ def _entry_bytes(*, parent: int, adds: list[FileAdd], removes: list[FileEntry], 
 def _commit_entry(uri: str, options: dict[str, str], facts: Facts, *, table: str, parent: int,
                   adds: list[FileAdd], removes: list[FileEntry], evidence: dict[str, Any],
                   partition_by: list[str], now: int) -> int:
-    from .storage import Storage
-
     version = parent + 1
     rel = _delta_log.log_path(version)
     data = _entry_bytes(parent=parent, adds=adds, removes=removes, evidence=evidence,
                         partition_by=partition_by, now=now)
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     if not storage.write_once(rel, data):
         # The name was taken: by another writer, or (on S3) by this very PUT retried after a lost response,
         # which the server refuses as a second create; our bytes there mean the commit is ours.
@@ -523,9 +537,7 @@ def _handle_state(handle: DeltaTable) -> _delta_log.State:
 
 
 def _reader(uri: str, options: dict[str, str]) -> _delta_log.Read:
-    from .storage import Storage
-
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
 
     def read(rel: str) -> bytes | None:
         try:
