@@ -304,6 +304,11 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
+    if _storage(uri, options).is_local and _commit_exists(uri, options, parent + 1):
+        # Taken already (one stat; a HEAD on S3 would cost every commit a round trip): among many writers
+        # most attempts lose, and each would read the parent's facts, write and fsync an entry for nothing.
+        # The create-only write below stays the arbiter of a race after this check.
+        raise StaleParentError(table, parent, latest_version(uri, options))
     facts = _facts(uri, options, parent)  # protocol and metadata as at `parent` (no file list needed)
     if _plain_writer(facts, adds, removes):
         return _commit_entry(uri, options, facts, table=table, parent=parent, adds=adds, removes=removes,

@@ -122,6 +122,27 @@ def test_a_commit_reads_the_facts_of_its_parent_without_moving_the_file_list(tmp
     assert not _delta._plain_writer((protocol, metadata), [add], [])
 
 
+def test_a_commit_on_a_taken_version_writes_nothing(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer among many loses most attempts: when the parent's next entry exists already, the commit is
+    refused as stale before any entry is written (no temp file, no fsync); the table is unchanged."""
+    lake.ingest(jsonl([up("a", 1)]))
+    lake.ingest(jsonl([up("b", 2)]))
+    ctx = lake.table("orders")
+    writes: list[str] = []
+    real = Storage.write_once
+
+    def counted(self: Storage, rel: str, data: bytes, *, mode: int | None = None, durable: bool = True) -> bool:
+        writes.append(rel)
+        return real(self, rel, data, mode=mode, durable=durable)
+
+    monkeypatch.setattr(Storage, "write_once", counted)
+    with pytest.raises(StaleParentError) as refused:
+        _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=1, adds=[], removes=[],
+                      evidence={"note": "late"}, partition_by=["event_day"])
+    assert (refused.value.expected, refused.value.found) == (1, 2)
+    assert writes == [] and ctx.latest_version() == 2
+
+
 def test_a_refused_create_is_ours_only_when_the_entry_holds_our_bytes(lake: dr.Lake,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """On S3 a PUT retried after a lost response is refused as a second create of the entry it made: the
