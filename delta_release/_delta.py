@@ -78,7 +78,7 @@ def _storage(uri: str, options: dict[str, str]) -> Storage:
     variables of the moment (s3config.py)."""
     from .storage import Storage
 
-    if "://" in uri and not uri.startswith("file://"):
+    if not _is_local(uri):
         return Storage(uri, options)
     key = _cache_key(uri, options)
     storage = _STORAGES.get(key)
@@ -88,6 +88,11 @@ def _storage(uri: str, options: dict[str, str]) -> Storage:
 
 
 _STORAGES: dict[CacheKey, Storage] = {}
+
+
+def _is_local(uri: str) -> bool:
+    """A path or file:// URI (Storage refuses any other scheme but s3://)."""
+    return "://" not in uri or uri.startswith("file://")
 
 
 def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int, int] | None:
@@ -304,7 +309,7 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
-    if _storage(uri, options).is_local and _commit_exists(uri, options, parent + 1):
+    if _is_local(uri) and _commit_exists(uri, options, parent + 1):
         # Taken already (one stat; a HEAD on S3 would cost every commit a round trip): among many writers
         # most attempts lose, and each would read the parent's facts, write and fsync an entry for nothing.
         # The create-only write below stays the arbiter of a race after this check.
