@@ -71,12 +71,34 @@ CacheKey = tuple[str, tuple[tuple[str, str], ...]]  # a table's URI and storage 
 _HANDLES: dict[CacheKey, tuple[DeltaTable, tuple[int, int] | None]] = {}
 
 
+def _storage(uri: str, options: dict[str, str]) -> Storage:
+    """The storage of a table's root. A local one is kept per URI: building one resolves its path (~25 us,
+    several times that on a busy machine), and a writer stats log entries ~50 times an ingest
+    (`_log_identity`), more when it rebases. An s3:// one is built afresh: its settings follow the AWS_*
+    variables of the moment (s3config.py)."""
+    from .storage import Storage
+
+    if not _is_local(uri):
+        return Storage(uri, options)
+    key = _cache_key(uri, options)
+    storage = _STORAGES.get(key)
+    if storage is None:
+        storage = _STORAGES[key] = Storage(uri, options)
+    return storage
+
+
+_STORAGES: dict[CacheKey, Storage] = {}
+
+
+def _is_local(uri: str) -> bool:
+    """A path or file:// URI (Storage refuses any other scheme but s3://)."""
+    return "://" not in uri or uri.startswith("file://")
+
+
 def _log_identity(uri: str, options: dict[str, str], version: int) -> tuple[int, int] | None:
     """(modification time, size) of the log entry of `version`, or None when it does not exist: one stat
     (a HEAD on S3), not a listing of `_delta_log`."""
-    from .storage import Storage
-
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     info = storage.fs.get_file_info(storage.full_path(_delta_log.log_path(version)))
     if info.size is None:
         return None
@@ -117,6 +139,7 @@ def _drop(key: CacheKey) -> None:
     _TIPS.pop(key, None)
     _LISTED.pop(key, None)
     _STATES.pop(key, None)
+    _FACTS.pop(key, None)
 
 
 def _cache_key(uri: str, options: dict[str, str]) -> CacheKey:
@@ -166,6 +189,8 @@ def forget_handles() -> None:
     _STATES.clear()
     _TIPS.clear()
     _LISTED.clear()
+    _FACTS.clear()
+    _STORAGES.clear()
 
 
 def table_id(uri: str, options: dict[str, str]) -> str | None:
@@ -174,7 +199,7 @@ def table_id(uri: str, options: dict[str, str]) -> str | None:
     if handle is not None:
         return str(handle.metadata().id)
     version = latest_version(uri, options)
-    return None if version is None else str(_state(uri, options, version).metadata["id"])
+    return None if version is None else str(_facts(uri, options, version)[1]["id"])
 
 
 def latest_version(uri: str, options: dict[str, str]) -> int | None:
@@ -210,9 +235,7 @@ def _log_tip(uri: str, options: dict[str, str]) -> int | None:
     the checkpoint `_last_checkpoint` names (or after version 0), from one listing of the names after it (one
     request on S3); None when that does not settle it, a gap among the entries included (the caller asks
     delta-rs, which lists the whole `_delta_log` and says what is wrong)."""
-    from .storage import Storage
-
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     start = _delta_log.last_checkpoint(_reader(uri, options))
     if start is None:
         start = 0
@@ -286,9 +309,14 @@ def commit(uri: str, options: dict[str, str], *, table: str, parent: int, adds: 
     """One atomic commit of adds and removes on `parent`; returns the new version or raises StaleParent."""
     # A remove needs a deletion time even when the commit adds nothing (an erasure emptying a partition).
     now = max([a.modification_time for a in adds], default=0) or int(time.time() * 1000)
-    state = _state(uri, options, parent)  # protocol and metadata as at `parent` (a plan has read it)
-    if _plain_writer(state, adds, removes):
-        return _commit_entry(uri, options, state, table=table, parent=parent, adds=adds, removes=removes,
+    if _is_local(uri) and _commit_exists(uri, options, parent + 1):
+        # Taken already (one stat; a HEAD on S3 would cost every commit a round trip): among many writers
+        # most attempts lose, and each would read the parent's facts, write and fsync an entry for nothing.
+        # The create-only write below stays the arbiter of a race after this check.
+        raise StaleParentError(table, parent, latest_version(uri, options))
+    facts = _facts(uri, options, parent)  # protocol and metadata as at `parent` (no file list needed)
+    if _plain_writer(facts, adds, removes):
+        return _commit_entry(uri, options, facts, table=table, parent=parent, adds=adds, removes=removes,
                              evidence=evidence, partition_by=partition_by, now=now)
     handle = _snapshot(uri, options, parent)  # delta-rs commits on its snapshot of the parent
     actions: list[AddAction | RemoveAction] = [
@@ -328,13 +356,14 @@ CHECKPOINT_INTERVAL = 100  # delta.checkpointInterval's default
 CHECKPOINT_ACTIONS = 10_000
 
 
-def _plain_writer(state: _delta_log.State, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
-    protocol, config = state.protocol, state.metadata.get("configuration") or {}
+def _plain_writer(facts: Facts, adds: list[FileAdd], removes: list[FileEntry]) -> bool:
+    protocol, metadata = facts
+    config = metadata.get("configuration") or {}
     if int(protocol.get("minWriterVersion") or 0) > 2 or protocol.get("writerFeatures"):
         return False
     if str(config.get("delta.appendOnly", "false")).lower() == "true":
         return False
-    if "delta.invariants" in str(state.metadata.get("schemaString")):
+    if "delta.invariants" in str(metadata.get("schemaString")):
         return False
     return all(_PLAIN_PATH.fullmatch(path) for path in [*(a.path for a in adds), *(r.path for r in removes)])
 
@@ -356,23 +385,21 @@ def _entry_bytes(*, parent: int, adds: list[FileAdd], removes: list[FileEntry], 
                   "partitionValues": _remove_values(r), "size": r.size} for r in removes])
 
 
-def _commit_entry(uri: str, options: dict[str, str], state: _delta_log.State, *, table: str, parent: int,
+def _commit_entry(uri: str, options: dict[str, str], facts: Facts, *, table: str, parent: int,
                   adds: list[FileAdd], removes: list[FileEntry], evidence: dict[str, Any],
                   partition_by: list[str], now: int) -> int:
-    from .storage import Storage
-
     version = parent + 1
     rel = _delta_log.log_path(version)
     data = _entry_bytes(parent=parent, adds=adds, removes=removes, evidence=evidence,
                         partition_by=partition_by, now=now)
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
     if not storage.write_once(rel, data):
         # The name was taken: by another writer, or (on S3) by this very PUT retried after a lost response,
         # which the server refuses as a second create; our bytes there mean the commit is ours.
         theirs = storage.read_tagged(rel)
         if theirs is None or theirs[0] != data:
             raise StaleParentError(table, parent, latest_version(uri, options))
-    config = state.metadata.get("configuration") or {}
+    config = facts[1].get("configuration") or {}
     interval = int(config.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
     # Where delta-rs's hook puts them (99, 199, ...: test_log_retention), and after a commit of many actions
     # (a backfill): every later open would otherwise parse that entry's JSON.
@@ -467,6 +494,33 @@ def _keep(key: CacheKey, ident: tuple[Any, ...], state: _delta_log.State) -> Non
         _STATES.pop(next(iter(_STATES)))
 
 
+# The protocol and metaData actions of a version (`Facts`) are all a commit (`_plain_writer`, the checkpoint
+# interval) and `table_id` read of it. A commit after a stale parent asks them of a newer version than the
+# cached state's: the entries in between are read (as for `_advanced`), and when they hold only adds and
+# removes the facts are the cached state's, without moving its file frame (a Polars filter and concat per
+# commit: ~1 ms each at 256 files, paid again on every retry of a rebase over other writers' commits). The
+# frame moves when a plan asks for it (`partition_entries`). Kept per table, by the version's log identity.
+Facts = tuple[dict[str, Any], dict[str, Any]]  # (protocol, metaData)
+_FACTS: dict[CacheKey, tuple[tuple[Any, ...], Facts]] = {}
+
+
+def _facts(uri: str, options: dict[str, str], version: int) -> Facts:
+    key = _cache_key(uri, options)
+    ident = (version, _log_identity(uri, options, version))
+    if ident[1] is not None:
+        known = [hit for hit in (_FACTS.get(key), _STATES.get(key)) if hit is not None and hit[0][0] <= version]
+        for (at, identity), got in sorted(known, key=lambda h: -int(h[0][0])):  # the newest first
+            facts = got if isinstance(got, tuple) else (got.protocol, got.metadata)
+            if (at, identity) == ident:
+                return facts
+            if identity is not None and _log_identity(uri, options, at) == identity \
+                    and _plain_steps(uri, options, at + 1, version) is not None:
+                _FACTS[key] = (ident, facts)
+                return facts
+    state = _state(uri, options, version)
+    return state.protocol, state.metadata
+
+
 def _state_version(uri: str, options: dict[str, str]) -> int | None:
     """The version of the cached state of `uri` while its log entry is the one it was read from."""
     hit = _STATES.get(_cache_key(uri, options))
@@ -493,9 +547,7 @@ def _handle_state(handle: DeltaTable) -> _delta_log.State:
 
 
 def _reader(uri: str, options: dict[str, str]) -> _delta_log.Read:
-    from .storage import Storage
-
-    storage = Storage(uri, options)
+    storage = _storage(uri, options)
 
     def read(rel: str) -> bytes | None:
         try:

@@ -121,23 +121,41 @@ def slim(frame: pl.DataFrame) -> pl.DataFrame:
 
 def advance(frame: pl.DataFrame, steps: list[Actions]) -> pl.DataFrame | None:
     """`frame` after the commits `steps` (oldest first); None when a partition column's type does not cast
-    back from log text exactly."""
+    back from log text exactly.
+
+    As if each step were applied in turn (its removes and re-added paths dropped, then its adds appended),
+    in one filter and one concat: a rebase's commit, a rebuild after other writers' commits and `load`'s
+    replay after a checkpoint move the frame over many steps, and a Polars filter + concat per step cost
+    ~1 ms each at a few hundred files."""
     parts = [c for c in frame.columns if c.startswith("partition.")]
     if any(frame.schema[c] not in _CASTABLE for c in parts):
         return None
+    gone: set[str] = set()  # paths removed (or replaced) by some step: dropped from `frame`
+    adds = [a for step in steps for a in step.adds]
+    kept: dict[str, list[int]] = {}  # path -> indexes in `adds` of its adds that are still there
+    at = 0
     for step in steps:
-        gone = set(step.removes) | {a["path"] for a in step.adds}  # a re-added path replaces its entry
-        if gone:
-            frame = frame.filter(~pl.col("path").is_in(pl.Series(sorted(gone), dtype=pl.String).implode()))
-        if step.adds:
-            new = {"path": pl.Series([a["path"] for a in step.adds], dtype=pl.String),
-                   "size_bytes": pl.Series([a["size_bytes"] for a in step.adds], dtype=pl.Int64),
-                   "num_records": pl.Series([a["num_records"] for a in step.adds], dtype=pl.Int64)}
-            for c in parts:
-                text = pl.Series([a["partition"].get(c.removeprefix("partition.")) or None for a in step.adds],
-                                 dtype=pl.String)  # "" is the null partition (Delta protocol)
-                new[c] = text.cast(frame.schema[c], strict=True)
-            frame = pl.concat([frame, pl.DataFrame(new).select(frame.columns).cast(frame.schema)])
+        for path in (*step.removes, *(a["path"] for a in step.adds)):  # a re-added path replaces its entry
+            kept.pop(path, None)
+            gone.add(path)
+        for a in step.adds:
+            kept.setdefault(a["path"], []).append(at)
+            at += 1
+    if gone:
+        frame = frame.filter(~pl.col("path").is_in(pl.Series(sorted(gone), dtype=pl.String).implode()))
+    if adds:
+        new = {"path": pl.Series([a["path"] for a in adds], dtype=pl.String),
+               "size_bytes": pl.Series([a["size_bytes"] for a in adds], dtype=pl.Int64),
+               "num_records": pl.Series([a["num_records"] for a in adds], dtype=pl.Int64)}
+        for c in parts:
+            text = pl.Series([a["partition"].get(c.removeprefix("partition.")) or None for a in adds],
+                             dtype=pl.String)  # "" is the null partition (Delta protocol)
+            new[c] = text.cast(frame.schema[c], strict=True)  # (every add cast, as when applied in turn)
+        added = pl.DataFrame(new).select(frame.columns).cast(frame.schema)
+        rows = sorted(i for held in kept.values() for i in held)  # (in the order they were appended)
+        if len(rows) < len(adds):
+            added = added[rows]
+        frame = pl.concat([frame, added])
     return frame
 
 

@@ -13,7 +13,7 @@ from . import _delta, index
 from .apply import ApplyPlan, plan_apply
 from .apply.bucketed import plan_bucketed
 from .apply.reader import parent_reader
-from .commit.rebase import independent_since
+from .commit.rebase import KeySet, independent_since
 from .commit.writer import Change, Plan, StagedCandidate, commit, replace_files, replace_partitions, stage, write
 from .context import LakeContext, TableContext
 from .contract import DecodedBatch, Reason, Reject
@@ -137,6 +137,7 @@ class IngestPlan(Plan):
         self.replay, self.report = replay, report
         self.apply = ApplyEvents(decoded.events, batch_ids=[batch_id], operation="replay" if replay else "ingest")
         self.blocked: list[Reject] = []
+        self._keys: tuple[pl.DataFrame, KeySet] | None = None  # the applied events' keys, for rebases
 
     def build(self, ctx: TableContext, parent: int) -> Change:
         if not self.replay and _already_applied(self.lake, ctx, self.batch_id, parent):
@@ -157,8 +158,10 @@ class IngestPlan(Plan):
         _, blocked = _erasure_filter(self.lake, self.decoded)
         if len(blocked) != len(self.blocked):
             return False
-        keys = self.apply.events[ctx.table.keyed().key].unique().to_list()
-        return independent_since(ctx, staged, new_parent, keys=keys, batch_ids=[self.batch_id])
+        events = self.apply.events
+        if self._keys is None or self._keys[0] is not events:
+            self._keys = events, KeySet(events[ctx.table.keyed().key].unique().to_list())
+        return independent_since(ctx, staged, new_parent, keys=self._keys[1], batch_ids=[self.batch_id])
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
         if self.report.duplicate:

@@ -42,15 +42,29 @@ if TYPE_CHECKING:
 REBASE_OPERATIONS = frozenset({"ingest", "replay"})
 
 
-def independent_since(ctx: TableContext, staged: StagedCandidate, new_parent: int, *, keys: Iterable[str],
-                      batch_ids: Iterable[str]) -> bool:
+class KeySet:
+    """A candidate's keys for `independent_since`, and their filter digests once asked: a writer among many
+    rebases once per commit that lands before its own, and its keys do not change meanwhile."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self.series = pl.Series("k", sorted(set(keys)), dtype=pl.String)
+        self._digests: bytes | None = None
+
+    def digests(self, ctx: TableContext) -> bytes:
+        if self._digests is None:
+            self._digests = ctx.erasures.filter_digests(self.series)
+        return self._digests
+
+
+def independent_since(ctx: TableContext, staged: StagedCandidate, new_parent: int, *,
+                      keys: Iterable[str] | KeySet, batch_ids: Iterable[str]) -> bool:
     """True when no commit in (staged.parent, new_parent] touched what `staged` depends on (see above)."""
     if new_parent <= staged.parent:
         return False
     ours_removed = {r.path for r in staged.removes}
     ours_batches = set(batch_ids)
-    key_series = pl.Series("k", sorted(set(keys)), dtype=pl.String)
-    ours: bytes | None = None  # our keys' filter digests, computed at the first commit with a filter
+    ours = keys if isinstance(keys, KeySet) else KeySet(keys)  # digests computed at the first commit with a filter
+    key_series = ours.series
     for version in range(staged.parent + 1, new_parent + 1):
         raw = _delta.version_evidence(ctx.uri, ctx.storage_options, version)
         if raw is None:
@@ -64,9 +78,7 @@ def independent_since(ctx: TableContext, staged: StagedCandidate, new_parent: in
         if not key_series.len():
             continue
         if theirs.key_filter is not None:
-            if ours is None:
-                ours = ctx.erasures.filter_digests(key_series)
-            if theirs.key_filter.may_hold(ours):
+            if theirs.key_filter.may_hold(ours.digests(ctx)):
                 return False
         elif _any_key_in(ctx, [f.path for f in theirs.files], key_series):  # recorded no filter
             return False

@@ -17,6 +17,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from hypothesis import given
+from hypothesis import strategies as st
 
 import delta_release as dr
 from delta_release import _delta, _delta_log
@@ -236,3 +238,35 @@ def test_removed_paths_match_the_listed_paths_of_an_encoded_partition(tmp_path: 
     listed = [e.path for e in _delta.file_entries(uri, {}, 0)]
     removed = _delta.removed_files(uri, {}, 1)
     assert removed is not None and [p for p, _ in removed] == listed and "%2520" in listed[0]
+
+
+_PATHS = st.sampled_from([f"day=1/p{i}.parquet" for i in range(6)])
+_ADD = st.builds(lambda path, size, rows, day: {"path": path, "size_bytes": size, "num_records": rows,
+                                                "partition": {"day": day}},
+                 _PATHS, st.integers(0, 9), st.none() | st.integers(0, 9), st.sampled_from(["1", "2", "", "x"]))
+_STEP = st.builds(lambda adds, removes: _delta_log.Actions(
+    adds=adds, removes=[r for r in removes if r not in {a["path"] for a in adds}]),
+    st.lists(_ADD, max_size=3), st.lists(_PATHS, max_size=3))
+
+
+@given(st.lists(_PATHS, max_size=4, unique=True), st.lists(_STEP, max_size=5))
+def test_advancing_over_many_commits_at_once_equals_one_commit_at_a_time(base: list[str],
+                                                                          steps: list[_delta_log.Actions]) -> None:
+    """`advance` moves a file frame over all the commits since in one filter and one concat: the rows (and
+    their order) of applying the commits one at a time, each dropping the paths it removes or adds again and
+    appending its adds (a path added twice by one commit stays twice), and it refuses a partition value
+    that does not cast, as a commit applied alone would."""
+    schema = {"path": pl.String, "size_bytes": pl.Int64, "num_records": pl.Int64, "partition.day": pl.Int32}
+    frame = pl.DataFrame([(p, 1, None, 7) for p in base], schema=schema, orient="row")
+    rows: list[tuple[str, int, int | None, int | None]] = [(p, 1, None, 7) for p in base]
+    for step in steps:
+        gone = {*step.removes, *(a["path"] for a in step.adds)}
+        rows = [r for r in rows if r[0] not in gone]
+        rows += [(a["path"], a["size_bytes"], a["num_records"], int(a["partition"]["day"] or 0) or None)
+                 for a in step.adds if a["partition"]["day"] != "x"]
+    if any(a["partition"]["day"] == "x" for step in steps for a in step.adds):
+        with pytest.raises(pl.exceptions.PolarsError):
+            _delta_log.advance(frame, steps)
+        return
+    moved = _delta_log.advance(frame, steps)
+    assert moved is not None and moved.equals(pl.DataFrame(rows, schema=schema, orient="row"))

@@ -89,11 +89,58 @@ def test_only_plain_tables_and_paths_take_our_entry(tmp_path: Path) -> None:
                          modification_time=1)
     spaced = _delta.FileAdd(path="day=1/part 0.parquet", size=1, partition_values={"day": "1"}, stats="",
                             modification_time=1)
-    for state_of in (lambda t: _delta._state(t.table_uri, {}, 0), lambda t: _delta._handle_state(t)):
+    def snapshot_facts(t: DeltaTable) -> _delta.Facts:
+        state = _delta._handle_state(t)
+        return state.protocol, state.metadata
+
+    for state_of in (lambda t: _delta._facts(t.table_uri, {}, 0), snapshot_facts):
         # the facts read from the log by us, and as delta-rs's snapshot gives them
         assert _delta._plain_writer(state_of(plain), [add], [])
         assert not _delta._plain_writer(state_of(append_only), [add], [])  # delta-rs refuses its removes
         assert not _delta._plain_writer(state_of(plain), [spaced], [])  # a path delta-rs would percent-encode
+
+
+def test_a_commit_reads_the_facts_of_its_parent_without_moving_the_file_list(tmp_path: Path) -> None:
+    """A commit on a newer parent than the cached state's (a rebase over other writers' commits) takes the
+    protocol and metadata from the cached state when the commits in between are plain adds and removes; a
+    commit in between that changes the metadata is read, never the stale facts."""
+    lake = _lake(tmp_path / "lake")
+    for batch in BATCHES:
+        lake.ingest(jsonl(batch))
+    uri = lake.table("orders").uri
+    _delta.forget_handles()
+    cached = _delta._state(uri, {}, 1)
+    assert _delta._facts(uri, {}, 2) == (cached.protocol, cached.metadata)
+    assert _delta._STATES[_delta._cache_key(uri, {})][1] is cached  # the file list was not moved to version 2
+    DeltaTable(uri).alter.set_table_properties({"delta.appendOnly": "true"})  # version 3: a metaData action
+    protocol, metadata = _delta._facts(uri, {}, 3)
+    assert metadata["configuration"]["delta.appendOnly"] == "true"
+    _delta.forget_handles()
+    assert (protocol, metadata) == _delta._facts(uri, {}, 3)  # what a fresh read of version 3 gives
+    add = _delta.FileAdd(path="event_day=1/part-0.parquet", size=1, partition_values={"event_day": "1"},
+                         stats="", modification_time=1)
+    assert not _delta._plain_writer((protocol, metadata), [add], [])
+
+
+def test_a_commit_on_a_taken_version_writes_nothing(lake: dr.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer among many loses most attempts: when the parent's next entry exists already, the commit is
+    refused as stale before any entry is written (no temp file, no fsync); the table is unchanged."""
+    lake.ingest(jsonl([up("a", 1)]))
+    lake.ingest(jsonl([up("b", 2)]))
+    ctx = lake.table("orders")
+    writes: list[str] = []
+    real = Storage.write_once
+
+    def counted(self: Storage, rel: str, data: bytes, *, mode: int | None = None, durable: bool = True) -> bool:
+        writes.append(rel)
+        return real(self, rel, data, mode=mode, durable=durable)
+
+    monkeypatch.setattr(Storage, "write_once", counted)
+    with pytest.raises(StaleParentError) as refused:
+        _delta.commit(ctx.uri, ctx.storage_options, table="orders", parent=1, adds=[], removes=[],
+                      evidence={"note": "late"}, partition_by=["event_day"])
+    assert (refused.value.expected, refused.value.found) == (1, 2)
+    assert writes == [] and ctx.latest_version() == 2
 
 
 def test_a_refused_create_is_ours_only_when_the_entry_holds_our_bytes(lake: dr.Lake,

@@ -301,3 +301,26 @@ def test_a_commit_without_a_filter_falls_back_to_reading_its_files(
     assert race.builds == 2 and report.stale_parents[0]["rebased"] is False
     assert len(reads) == 2
     assert view(lake) == fold([first, b, a, c, d])
+
+
+def test_a_writer_hashes_its_keys_once_however_often_it_rebases(lake: dr.Lake,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Among many writers one rebases once per commit that lands before its own: its keys' filter digests
+    are computed at the first check and reused by the next (the keys have not changed)."""
+    from delta_release.commit.writer import onto
+    from delta_release.ingest import prepare_candidate
+
+    base(lake)
+    staged = prepare_candidate(lake, decode_batch(jsonl([up("ord-x", 10, 1, day=4)])).events, parent=1,
+                               batch_ids=["mine"], operation="ingest")
+    lake.ingest(jsonl([up("ord-y", 11, 2, day=5)]))
+    lake.ingest(jsonl([up("ord-z", 12, 3, day=6)]))
+    ctx = lake.table("orders")
+    hashed: list[int] = []
+    real = ctx.erasures.filter_digests
+    monkeypatch.setattr(ctx.erasures, "filter_digests", lambda ids: hashed.append(len(ids)) or real(ids))
+    keys = rebase.KeySet(["ord-x"])
+    assert rebase.independent_since(ctx, staged, 2, keys=keys, batch_ids=["mine"])
+    assert rebase.independent_since(ctx, onto(staged, 2), 3, keys=keys, batch_ids=["mine"])
+    assert hashed == [1]
+    assert not rebase.independent_since(ctx, onto(staged, 2), 3, keys=rebase.KeySet(["ord-z"]), batch_ids=["mine"])
