@@ -146,8 +146,15 @@ def instrument(lake: Any) -> Phases:
     for name in ("read_entry", "read_entries"):
         wrap((bk,), name, "apply: read parent rows")
     wrap((bk._Kept,), "_read_whole", "apply: read parent rows")
+    wrap((parts_mod,), "plan_in_groups", "apply: plan (the rest)")  # a bucket's sub-groups (a large file)
+    wrap((parts_mod,), "_spill_events", "parts: spill by group (split, write)")
+    wrap((parts_mod,), "_reused_positions", "parts: same-position check over the file")
+    for name in ("sorted_run", "spilled"):
+        wrap((parts_mod,), name, "parts: key index runs (sort, spill)")
     hashed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
     bk.keyed = buckets.keyed = hashed
+    if hasattr(parts_mod, "keyed"):  # the map's hash of each part's keys
+        parts_mod.keyed = hashed
     wrap((KeyIndex,), "locate_hashed", "apply: key index lookup")
     wrap((bk,), "fold", "apply: fold")
     wrap((bk,), "fold_joined", "apply: fold")  # the fold on the plan's one join
