@@ -153,8 +153,8 @@ def instrument(lake: Any) -> Phases:
         wrap((parts_mod,), name, "parts: key index runs (sort, spill)")
     hashed = ph.wrap("keyed hash of keys (bucket, index)", buckets.keyed)
     bk.keyed = buckets.keyed = hashed
-    if hasattr(parts_mod, "keyed"):  # the map's hash of each part's keys
-        parts_mod.keyed = hashed
+    if hasattr(parts_mod, "digest_array"):  # the map's hash of each event's key
+        parts_mod.digest_array = ph.wrap("keyed hash of keys (bucket, index)", parts_mod.digest_array)
     wrap((KeyIndex,), "locate_hashed", "apply: key index lookup")
     wrap((bk,), "fold", "apply: fold")
     wrap((bk,), "fold_joined", "apply: fold")  # the fold on the plan's one join

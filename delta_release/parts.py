@@ -75,7 +75,7 @@ from .index.keyfile import sorted_run, spilled
 from .ingest import IngestReport, _already_applied, applied_batches, erasure_filter, ingest_batch
 from .maintenance import upkeep
 from .raw.background import RawCopy
-from .stage.buckets import HASH_COLUMN, bucket_of_path, groups_of, hash_array, keyed
+from .stage.buckets import bucket_of_path, digest_array, groups_of
 from .storage import local_spill_root, temp_name
 from .tables import DEFAULT_TABLE
 
@@ -486,15 +486,13 @@ class Mapped:
 
 def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, groups: int, *, seq: int) -> Mapped:
     """The map of one source's decoded events (`events`, lines as the caller numbers them), tagged with its
-    batch number `seq` (SEQ_COLUMN): split into `groups` groups of the table's buckets (bucket % groups, by
-    the keyed hash of its key) and as many groups of positions. Groups without events are absent."""
+    batch number `seq` (SEQ_COLUMN): split into `groups` groups of the table's buckets (by the keyed hash
+    of its key: `buckets.groups_of`) and as many groups of positions. Groups without events are absent."""
     n = ctx.table.buckets or 1
     key = ctx.table.keyed().key
     events = events.with_columns(pl.lit(seq, dtype=pl.Int32).alias(SEQ_COLUMN))
-    mapping = keyed(events[key], n, ctx.erasures.subject_key)  # each distinct key hashed once
-    grouped = events.join(mapping.select(key, pl.Series(GROUP_COLUMN, groups_of(hash_array(mapping[HASH_COLUMN]), n,
-                                                                               groups))),
-                          on=key, how="left", maintain_order="left")
+    group = groups_of(digest_array(events[key], ctx.erasures.subject_key), n, groups)  # each event's key hashed
+    grouped = events.with_columns(pl.Series(GROUP_COLUMN, group))
     held = _erased_events(lake, grouped)  # never spilled: the spill holds no erased subject's id
     if held is not None:
         grouped = grouped.join(held.select("line"), on="line", how="anti")

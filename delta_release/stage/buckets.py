@@ -81,6 +81,14 @@ def bucket_of_keys(keys: Iterable[str], buckets: int, hasher: Hasher) -> list[in
     return [int(b) for b in buckets_of_digests(digests(list(keys), hasher), buckets)]
 
 
+def digest_array(keys: pl.Series, hasher: Hasher) -> np.ndarray:
+    """The keyed hash of every value of `keys`, in order (a repeated key hashed again: on a file's part,
+    whose keys rarely repeat, cheaper than `keyed`'s distinct keys joined back, 0.45 s of 1.5 s per 2M
+    events), as S32 items, a chunk at a time."""
+    raw = b"".join(digests(keys.slice(start, HASH_CHUNK), hasher) for start in range(0, len(keys), HASH_CHUNK))
+    return np.frombuffer(raw, dtype="S32") if raw else np.zeros(0, dtype="S32")
+
+
 def keyed(keys: pl.Series, buckets: int, hasher: Hasher, *, distinct: bool = False) -> pl.DataFrame:
     """Distinct `keys` with their keyed hash (HASH_COLUMN, 32 bytes) and bucket (BUCKET_COLUMN): each key
     hashed once, a chunk at a time. `distinct`: the caller's keys are distinct already;

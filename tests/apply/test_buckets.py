@@ -175,3 +175,29 @@ def test_backfill_shortcut_only_when_every_file_is_in_the_touched_days(lake: dr.
     lake.ingest(jsonl([up("a", 2, amount=9, day=48), up("b", 5, amount=6, day=48)]))  # all files in day 48
     rows = {r["order_id"]: r["amount_cents"] for r in lake.read().to_dicts()}
     assert rows == {"a": 5, "b": 6, "c": 100}
+
+
+@pytest.fixture(scope="module")
+def hash_lake(tmp_path_factory: pytest.TempPathFactory) -> dr.Lake:
+    return dr.Lake.create(tmp_path_factory.mktemp("hash-lake"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.text(min_size=1, max_size=12), max_size=60), groups=st.sampled_from([1, 3, 8, 24, 40]))
+def test_each_events_group_holds_keys_of_its_bucket_only(hash_lake: dr.Lake, ids: list[str], groups: int) -> None:
+    """A file's map hashes every event's key (repeats again, `digest_array`: the same digests as the ledger's
+    per id) and puts it in a group (`groups_of`): at most `buckets` groups are whole buckets (bucket %
+    groups); past them, sub-groups of ONE bucket (group % buckets), so a bucket's files are the union of its
+    sub-groups' rows and no two buckets meet in a group."""
+    from delta_release.stage.buckets import digest_array, groups_of
+
+    hasher = hash_lake.erasures.subject_key
+    hashes = digest_array(pl.Series("order_id", ids, dtype=pl.String), hasher)
+    raw = hashes.tobytes()  # (not .tolist(): numpy drops an S32 item's trailing zero bytes)
+    assert [raw[32 * i:32 * i + 32].hex() for i in range(len(ids))] == [hasher(i) for i in ids]
+    buckets = bucket_of_keys(ids, 8, hasher)
+    got = groups_of(hashes, 8, groups).tolist()
+    for bucket, group in zip(buckets, got, strict=True):
+        assert group % min(groups, 8) == bucket % min(groups, 8) and 0 <= group < groups
+        if groups > 8:
+            assert group % 8 == bucket
