@@ -70,7 +70,7 @@ def test_progress_calls_are_no_ops_without_a_work() -> None:
 
 def test_ingest_in_parts_shows_bytes_parts_phases_and_an_eta(tmp_path: Path) -> None:
     batch = tmp_path / "big.jsonl"
-    batch.write_bytes(jsonl([up(f"ord-{i}", i, day=i % 7) for i in range(6000)]))
+    batch.write_bytes(jsonl([up(f"ord-{i}", i, day=i % 7) for i in range(24_000)]))  # ~2 s: past the ETA's 0.5 s
     dr.Lake.create(tmp_path / "lake")
     out, tty = pty_run(["--lake", "lake", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
     parts = int(re.search(r"and (\d+) more parts", out).group(1)) + 1  # type: ignore[union-attr]
@@ -81,8 +81,8 @@ def test_ingest_in_parts_shows_bytes_parts_phases_and_an_eta(tmp_path: Path) -> 
         assert any(f"ingest big.jsonl · part {part}/{parts} · read and decode" in f for f in seen), part
     for phase in ("apply", "stage", "gate", "commit"):
         assert any(f"· part {parts}/{parts} · {phase}" in f for f in seen), phase
-    size = f"{batch.stat().st_size / 1024:,.1f} KiB"
-    assert any(re.search(rf"\d[\d.,]* (B|KiB)/{re.escape(size)}", f) for f in seen)  # bytes done of the file's
+    size = progress.human_bytes(batch.stat().st_size)
+    assert any(re.search(rf"\d[\d.,]* (B|KiB|MiB)/{re.escape(size)}", f) for f in seen)  # bytes done of the file's
     assert any(re.search(r"ETA \d+:\d\d", f) for f in seen)
     assert seen[-1].startswith("✓ ingest big.jsonl") or any(f.startswith("✓ ingest big.jsonl") for f in seen)
     out, tty = pty_run(["--lake", "lake", "--json", "ingest", str(batch)], tmp_path, env={ENV_MAX_PART: "100000"})
