@@ -103,8 +103,7 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     sources = file_sources(path, ranges)
     # In this process one fold takes the whole file (its groups split buckets: `group_count`); a cluster's
     # reduce stages a group of whole buckets per task, so a larger file is several folds there.
-    split = runner is ingest_parts_once or not buckets
-    folds = [sources] if split or not buckets else folds_of(sources, buckets * max_group_bytes())
+    folds = folds_of(sources, buckets * max_group_bytes()) if buckets and runner is not ingest_parts_once else [sources]
     if len(folds) == 1:
         return runner(lake, sources, table=table, publish=publish)
     reports = [runner(lake, fold, table=table, publish=False) for fold in folds]  # each fold: its own commit
@@ -755,9 +754,7 @@ def fold_group(lake: LakeContext, ctx: TableContext, parent: int, events: pl.Dat
     """The fold of one group, in this process or a Ray worker: every part's events of its buckets (in source
     order), `screened`, then planned on `parent` by `plan_bucketed` restricted to the group's buckets
     (`only`; None: any), several batches (`sequenced`) each as if committed after the ones before."""
-    if not sequenced:
-        events = events.drop(SEQ_COLUMN)
-    events, rejects = screened(lake, events, reused, key)
+    events, rejects = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key)
     planned = plan_bucketed(ctx, parent, events, only_buckets=only, sequence=SEQ_COLUMN if sequenced else None)
     return _group_fold(planned, rejects)
 

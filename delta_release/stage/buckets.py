@@ -85,8 +85,13 @@ def digest_array(keys: pl.Series, hasher: Hasher) -> np.ndarray:
     """The keyed hash of every value of `keys`, in order (a repeated key hashed again: on a file's part,
     whose keys rarely repeat, cheaper than `keyed`'s distinct keys joined back, 0.45 s of 1.5 s per 2M
     events), as S32 items, a chunk at a time."""
-    raw = b"".join(digests(keys.slice(start, HASH_CHUNK), hasher) for start in range(0, len(keys), HASH_CHUNK))
+    raw = _chunked_digests(keys, hasher)
     return np.frombuffer(raw, dtype="S32") if raw else np.zeros(0, dtype="S32")
+
+
+def _chunked_digests(keys: pl.Series, hasher: Hasher) -> bytes:
+    """`digests` of `keys`, HASH_CHUNK keys at a time (a bounded intermediate), concatenated in order."""
+    return b"".join(digests(keys.slice(start, HASH_CHUNK), hasher) for start in range(0, len(keys), HASH_CHUNK))
 
 
 def keyed(keys: pl.Series, buckets: int, hasher: Hasher, *, distinct: bool = False) -> pl.DataFrame:
@@ -95,10 +100,7 @@ def keyed(keys: pl.Series, buckets: int, hasher: Hasher, *, distinct: bool = Fal
     the rows are then in their order."""
     if not distinct:
         keys = keys.unique()
-    raw: list[bytes] = []
-    for start in range(0, len(keys), HASH_CHUNK):
-        raw.append(digests(keys.slice(start, HASH_CHUNK), hasher))
-    joined = b"".join(raw)
+    joined = _chunked_digests(keys, hasher)
     hashes = pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), len(keys), [None, pa.py_buffer(joined)])
     return pl.DataFrame({keys.name: keys,
                          HASH_COLUMN: pl.Series(HASH_COLUMN, hashes.cast(pa.binary()), dtype=pl.Binary),
