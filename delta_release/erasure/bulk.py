@@ -17,9 +17,11 @@ caller then hashes in Python) unless:
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -68,8 +70,23 @@ class ColumnHmac:
     def _run(self, keys: pl.Series) -> bytes:
         if not len(keys):
             return b""
-        hexed = self._plugin.col(_HEX).chash.hmac_sha256(key=self._text).str.decode("hex")
-        # lazily: an eager select decodes the hex column ~2x slower (measured: 32 vs 19 ms for 35k keys)
-        out = keys.rename(_HEX).to_frame().lazy().select(hexed).collect().to_series().to_arrow().cast(pa.binary(32))
-        raw: bytes = out.buffers()[1].slice(32 * out.offset, 32 * len(out)).to_pybytes()
-        return raw
+        hexed = keys.rename(_HEX).to_frame().lazy().select(
+            self._plugin.col(_HEX).chash.hmac_sha256(key=self._text)).collect().to_series().to_arrow()
+        return _unhexed(hexed, len(keys))
+
+
+def _unhexed(hexed: pa.Array | pa.ChunkedArray, count: int) -> bytes:
+    """The 32-byte digests of `count` hex digests, concatenated: the string column's data buffer (64 hex
+    characters a value, back to back) decoded in one `binascii.unhexlify`. Polars' own hex decode and the
+    cast to fixed-size binary cost 0.54 s per 2M keys, this 0.07 s."""
+    if isinstance(hexed, pa.ChunkedArray):
+        hexed = hexed.combine_chunks()
+    if hexed.type != pa.large_string():
+        hexed = hexed.cast(pa.large_string())
+    if len(hexed) != count or hexed.null_count:
+        raise ValueError(f"keyed hash: {len(hexed)} digests for {count} keys")
+    offsets = np.frombuffer(hexed.buffers()[1], dtype=np.int64, count=count + 1, offset=8 * hexed.offset)
+    start, end = int(offsets[0]), int(offsets[-1])
+    if end - start != 64 * count or not (np.diff(offsets) == 64).all():
+        raise ValueError("keyed hash: a digest is not 64 hex characters")
+    return binascii.unhexlify(memoryview(hexed.buffers()[2])[start:end])

@@ -133,3 +133,28 @@ def test_an_ingest_with_and_without_the_plugin_writes_the_same_lake(tmp_path: Pa
         assert keys is not None
         where[name] = keys.locate(ids, upto=lake.latest_version("orders") or 0)
     assert where["rust"] == where["python"] and where["rust"]["o7"] == 49
+
+
+def test_digests_the_plugin_answers_malformed_are_refused_and_python_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hex digests are decoded from the column's buffer in one go; a digest that is not 64 hex
+    characters (a plugin that changed its output) is an error there, and the ledger hashes in Python."""
+    import polars_hash
+
+    key = KEYS[0]
+    ledger = ErasureLedger(None, key)  # type: ignore[arg-type]
+    ids = ["ord-001", "ord-002", "ord-003"]
+    assert ledger.subject_digests(pl.Series(ids)) == reference(key, ids)  # the plugin is in use
+    real = polars_hash.col
+
+    class Short:  # the plugin's column, its digests cut to 62 characters (still an even count of hex)
+        def __init__(self, name: str) -> None:
+            self.chash = self
+            self._col = real(name)
+
+        def hmac_sha256(self, key: str) -> pl.Expr:
+            return self._col.chash.hmac_sha256(key=key).str.slice(0, 62)
+
+    monkeypatch.setattr(polars_hash, "col", Short)
+    more = ["ord-004", "ord-005"]
+    assert ledger.subject_digests(pl.Series(more)) == reference(key, more)
+    assert ledger._hash._column._usable is False  # refused, and Python from then on
