@@ -50,8 +50,9 @@ import functools
 import itertools
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,7 +68,7 @@ from .context import LakeContext, TableContext
 from .contract import Reason, Reject
 from .contract.decode import CONTENT, count_reasons
 from .contract.parts import max_group_bytes, max_part_bytes, part_ranges
-from .contract.source import BytesBatch, FileBatch, as_batch, read_batch_file
+from .contract.source import READ_PHASE, BytesBatch, FileBatch, as_batch, read_batch_file
 from .errors import ReconciliationError, SafetyError
 from .evidence import FILTER_MAX_KEYS
 from .faults import crash_point
@@ -419,10 +420,16 @@ def folded_sources(lake: LakeContext, sources: list[Source], *, table: str, repl
 
 def _spill(lake: LakeContext, ctx: TableContext, sources: list[Source], spill: str, groups: int) -> list[_Part]:
     """Each source in turn: decoded, kept raw, its events spilled (`_spill_events`), its line spans mapped."""
+    with closing(read_ahead(lake, sources, spill)) as read:  # closed (its read in flight waited for) on an error
+        return _spill_read(lake, ctx, sources, read, spill, groups)
+
+
+def _spill_read(lake: LakeContext, ctx: TableContext, sources: list[Source],
+                read: Iterator[tuple[Source, FileBatch | BytesBatch]], spill: str, groups: int) -> list[_Part]:
     parts: list[_Part] = []
-    for number, source in enumerate(sources, start=1):
+    for number, (source, batch) in enumerate(read, start=1):
         progress.item(f"part {number}/{len(sources)}", source.size)  # the bar of the CLI's `progress.work`, if any
-        batch = source.read(lake, spill)  # this source only: hashed and decoded
+        progress.advance(source.size, during=READ_PHASE)  # read on the helper thread, which leaves the bar alone
         part = next_part(parts, batch, seq=source.batch, accepted=batch.decoded.events.height)
         with raw_kept(lake, batch, keep=source.keep_raw):
             if not part.repeat:
@@ -435,6 +442,22 @@ def _spill(lake: LakeContext, ctx: TableContext, sources: list[Source], spill: s
             np.save(spans := os.path.join(spill, f"{name}-p{number:06d}.npy"), getattr(decoded, name))
             setattr(decoded, name, np.load(spans, mmap_mode="r"))
     return parts
+
+
+def read_ahead(lake: LakeContext, sources: list[Source], spill: str
+               ) -> Generator[tuple[Source, FileBatch | BytesBatch], None, None]:
+    """Each source with its batch, hashed and decoded (`Source.read`) on a helper thread one source ahead:
+    the next source is read while the caller spills this one (polars' decode and the keyed hash release the
+    GIL), so at most two sources' events are in memory. A read's error is raised when its turn comes; on
+    the way out a read in flight is waited for (a thread cannot be stopped), its batch dropped."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+        ahead = pool.submit(sources[0].read, lake, spill) if sources else None
+        for i, source in enumerate(sources):
+            assert ahead is not None
+            batch = ahead.result()
+            ahead = pool.submit(sources[i + 1].read, lake, spill) if i + 1 < len(sources) else None
+            yield source, batch
+            del batch
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ _live: Any = None  # the rich Progress of the outermost running step
 _depth = 0
 _console: Any = None
 _work: Work | None = None  # the byte-based work in progress (`work()`), for phase()/item()/advance()
+_work_thread: int | None = None  # the thread that runs it: only its calls move the bar
 
 
 def configure(enabled: bool, *, console: Any = None) -> None:
@@ -254,13 +256,13 @@ def work(label: str, total: int, *, unit: str = "bytes", phases: Sequence[tuple[
     below it marks the way with the module functions `item()` (only for a work of `parts`: the parts of
     one file, not the batches a drill writes along the way), `phase()`, `advance()`, `fraction()`,
     `note()`, which are no-ops when no work is running (the API, tests, `--json`)."""
-    global _work, _view
+    global _work, _view, _work_thread
     w = Work(label, total, unit=unit, phases=phases)
     w.parts = parts
     if not _enabled or _work is not None:  # off, or inside another work: that one's bar stays the one shown
         yield w
         return
-    _work = w
+    _work, _work_thread = w, threading.get_ident()
     with step(label, total=max(1, w.total), unit=unit, eta="") as task:
         if task._live is not None:
             _view = _WorkView(w, task._live, task._id)
@@ -270,7 +272,13 @@ def work(label: str, total: int, *, unit: str = "bytes", phases: Sequence[tuple[
         finally:
             if task._live is not None:
                 task._live.update(task._id, eta="")
-            _work, _view = None, None
+            _work, _view, _work_thread = None, None, None
+
+
+def _current() -> Work | None:
+    """The running work, for a call on the thread that runs it; None otherwise (no work, or a call from a
+    helper thread: a part read ahead on one moves the bar when its turn comes, on the work's thread)."""
+    return _work if _work_thread == threading.get_ident() else None
 
 
 def _changed(refresh: bool = False) -> None:
@@ -279,34 +287,34 @@ def _changed(refresh: bool = False) -> None:
 
 
 def item(label: str, size: int) -> None:
-    if _work is not None and _work.parts:
-        _work.item(label, size)
+    if (w := _current()) is not None and w.parts:
+        w.item(label, size)
         _changed(refresh=True)
 
 
 def phase(name: str) -> None:
-    if _work is not None and _work.phase(name):
+    if (w := _current()) is not None and w.phase(name):
         _changed(refresh=True)
 
 
 def advance(n: float, *, during: str | None = None) -> None:
     """`n` more units through the current phase; with `during`, only when that is the current phase (bytes
     read by a drill inside a run's checks are not the run's bytes)."""
-    if _work is not None and (during is None or during == _work.phase_name):
-        _work.advance(n)
+    if (w := _current()) is not None and (during is None or during == w.phase_name):
+        w.advance(n)
         _changed()
 
 
 def fraction(done: int, of: int) -> None:
-    if _work is not None:
-        _work.fraction(done, of)
+    if (w := _current()) is not None:
+        w.fraction(done, of)
         _changed()
 
 
 def note(text: str) -> None:
     """Text shown after the phase (e.g. the check or kill point at hand)."""
-    if _work is not None:
-        _work.text = text
+    if (w := _current()) is not None:
+        w.text = text
         _changed(refresh=True)
 
 

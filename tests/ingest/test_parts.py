@@ -780,3 +780,59 @@ def test_a_file_over_buckets_x_the_group_limit_folds_sub_groups_and_writes_each_
     killed_lake = dr.Lake.open(killed_dir)
     assert rows(killed_lake) == expected
     assert killed_lake.published("orders").version == killed_lake.latest_version("orders") == published + 1
+
+
+def test_sources_are_read_one_ahead_in_order_and_a_failed_read_is_raised_at_its_turn(tmp_path: Path) -> None:
+    """`read_ahead` reads the next source on a helper thread while the caller works on this one: sources
+    come in order, each read once, at most one ahead of the caller; a read that fails is raised when its
+    turn comes (after the sources before it), and closing early waits for the read in flight."""
+    import threading
+
+    started: list[int] = []
+    threads: set[int] = set()
+
+    def loader(i: int) -> Any:
+        def load(_spill: str) -> Any:
+            started.append(i)
+            threads.add(threading.get_ident())
+            if i == 3:
+                raise OSError("disk gone at source 3")
+            return f"batch-{i}"
+        return load
+
+    sources = [parts_mod.Source(load=loader(i), size=1) for i in range(5)]
+    got: list[Any] = []
+    reader = parts_mod.read_ahead(None, sources, str(tmp_path))  # type: ignore[arg-type]  # a loader needs no lake
+    with pytest.raises(OSError, match="source 3"):
+        for _source, batch in reader:
+            got.append(batch)
+            assert max(started) <= len(got)  # the caller's source and at most one more have been read
+    assert got == ["batch-0", "batch-1", "batch-2"]
+    assert started == [0, 1, 2, 3] and threading.get_ident() not in threads
+    early = parts_mod.read_ahead(None, sources[:2], str(tmp_path))  # type: ignore[arg-type]
+    assert next(early)[1] == "batch-0"  # type: ignore[comparison-overlap]
+    early.close()  # the read of source 1 in flight is waited for, its batch dropped
+    assert started[-1] == 1
+
+
+def test_a_helper_threads_progress_calls_leave_the_bar_alone() -> None:
+    """Only the thread that runs a `progress.work` moves its bar: a part read ahead on a helper thread
+    is counted when its turn comes, on the work's thread."""
+    import threading
+
+    from rich.console import Console
+
+    from delta_release import progress
+
+    progress.configure(True, console=Console(file=open(os.devnull, "w")))  # noqa: SIM115
+    try:
+        with progress.work("ingest", 100, phases=[("read and decode", 1.0)], parts=True) as w:
+            progress.item("part 1/1", 100)
+            t = threading.Thread(target=lambda: progress.advance(60))
+            t.start()
+            t.join()
+            assert w.completed == 0
+            progress.advance(40)
+            assert w.completed == pytest.approx(40)
+    finally:
+        progress.configure(False)
