@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from ..clock import iso
 from ..errors import InputError, NotFoundError, SafetyError
@@ -128,7 +128,7 @@ def _link_copy(storage: Storage, path: str | os.PathLike[str], final: Path, *, o
     try:
         with open(path, "rb") as src, open(tmp, "wb") as out:
             src.seek(offset)
-            digest = _copy(src, out, size)
+            digest = _copy(src, out, size, reuse=True)
             out.flush()
             os.fsync(out.fileno())
         crash_point("storage.after_temp:_raw")
@@ -175,10 +175,21 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
     return record, created
 
 
-def _copy(src: BinaryIO, out: Any, length: int) -> str:
-    """Copy `length` bytes (fewer if the file ends first: the digest check then refuses it)."""
+def _copy(src: Any, out: Any, length: int, *, reuse: bool = False) -> str:
+    """Copy `length` bytes (fewer if the file ends first: the digest check then refuses it). `reuse`: read
+    every block into one buffer (`out` copies what it is given, as a local file does): a fresh 8 MiB
+    block each read was 2,048 page faults, about a fifth of the raw copy's CPU. Not for an object store's
+    stream, which may hold a large block by reference until it is uploaded."""
     digest = hashlib.sha256()
-    while length > 0 and (block := src.read(min(COPY_BLOCK, length))):
+    view = memoryview(bytearray(min(COPY_BLOCK, max(length, 1)))) if reuse else None
+    while length > 0:
+        if view is not None:
+            n = src.readinto(view[:min(COPY_BLOCK, length)])
+            if not n:
+                break
+            block: Any = view[:n]
+        elif not (block := src.read(min(COPY_BLOCK, length))):
+            break
         digest.update(block)
         out.write(block)
         length -= len(block)

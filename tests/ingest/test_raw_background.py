@@ -74,3 +74,30 @@ def test_a_small_batch_is_copied_before_the_plan(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(upkeep, "before_work", lambda ctx, **kw: order.append("plan") or upkeep.Upkeep())
     lake.ingest(_batch(tmp_path / "b1.jsonl", 1))
     assert order == ["raw", "plan"]
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_the_raw_copy_copies_and_hashes_every_block_and_a_short_file_shows_in_the_digest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reuse: bool) -> None:
+    """`_copy` block by block (one reused buffer for a local file, fresh blocks for an object store's
+    stream): the copy and its sha256 are those of the bytes; a file shorter than the length it was given
+    (changed since it was hashed) copies what is there, so its digest differs and the ingest refuses it."""
+    import hashlib
+    import io
+    import os
+
+    from delta_release.raw import store
+
+    monkeypatch.setattr(store, "COPY_BLOCK", 7)
+    data = os.urandom(100)
+    src = tmp_path / "src"
+    src.write_bytes(data)
+    with open(src, "rb") as f:
+        f.seek(3)
+        out = io.BytesIO()
+        assert store._copy(f, out, 90, reuse=reuse) == hashlib.sha256(data[3:93]).hexdigest()
+    assert out.getvalue() == data[3:93]
+    with open(src, "rb") as f:
+        out = io.BytesIO()
+        digest = store._copy(f, out, 150, reuse=reuse)
+    assert out.getvalue() == data and digest == hashlib.sha256(data).hexdigest()
