@@ -671,36 +671,60 @@ class _PartsPlan(Plan):
             part.rejects.append(dataclasses.replace(r, line=line, raw=raw, offset=offset, length=length))
 
     def _stream(self, ctx: TableContext, parent: int, live: list[_Part], change: Change) -> Stream:
-        runs: list[Any] = []  # each group's key index locations, sorted and spilled (`record` merges them by range)
+        """The groups' new content, group after group. Each group is folded (and its key index locations
+        sorted and spilled: `record` merges the runs by range) on a helper thread one group ahead: the
+        next group folds while this one's days are staged (the fold is Polars and numpy, outside the
+        GIL), so at most two groups' folds are in memory. The rejects, the change and the crash point are
+        this thread's, in group order."""
+        runs: list[Any] = []
         changed = ChangedKeys()
         cols = Columns.of(ctx.table)
-        for chosen, only in self.chosen_groups(ctx, parent):
-            self.add_rejects(self.screen_held(chosen, live, cols.key))
-            if only is not None and len(chosen) > 1:  # a bucket's sub-groups, each read back when folded
-                fold = fold_subgroups(self.lake, ctx, parent, (self._events(live, [g]) for g in chosen),
-                                      reused=self.reused, key=cols.key, only=only, sequenced=self.sequenced)
-            else:
-                events = self._events(live, chosen)
-                if events is None:
+        chosen = self.chosen_groups(ctx, parent)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fold-ahead") as pool:
+            ahead = pool.submit(self._fold, ctx, parent, live, cols, *chosen[0], 0) if chosen else None
+            for i, (groups, _only) in enumerate(chosen):
+                assert ahead is not None
+                self.add_rejects(self.screen_held(groups, live, cols.key))
+                fold, run = ahead.result()
+                ahead = pool.submit(self._fold, ctx, parent, live, cols, *chosen[i + 1], i + 1) \
+                    if i + 1 < len(chosen) else None
+                if fold is None:
                     continue
-                fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only,
-                                  sequenced=self.sequenced)
-                del events
-            self.add_rejects(fold.rejects)
-            if fold.stream is None:
-                continue
-            change.removes.extend(fold.removes)
-            change.details["changed_keys"] += fold.applied.changed_keys
-            changed.add(fold.applied.changed)
-            if fold.applied.hashed_locations is not None:
-                runs.append(spilled(sorted_run(fold.applied.hashed_locations),
-                                    os.path.join(self.spill, f"locations-{len(runs):04d}.kx2")))
-            fold.applied.hashed_locations = fold.applied.changed = None
-            yield from fold.stream
-            crash_point("parts.after_group")
+                self.add_rejects(fold.rejects)
+                if fold.stream is None:
+                    continue
+                change.removes.extend(fold.removes)
+                change.details["changed_keys"] += fold.applied.changed_keys
+                changed.add(fold.applied.changed)
+                if run is not None:
+                    runs.append(run)
+                fold.applied.changed = None
+                yield from fold.stream
+                crash_point("parts.after_group")
         if runs:
             change.hashed_locations = runs
         change.changed = changed.result()
+
+    def _fold(self, ctx: TableContext, parent: int, live: list[_Part], cols: Columns, chosen: list[int],
+              only: set[int] | None, index: int) -> tuple[GroupFold | None, Any]:
+        """The fold of the groups `chosen` (None: no events) and its key index locations as a sorted run
+        spilled to a file (None: none)."""
+        if only is not None and len(chosen) > 1:  # a bucket's sub-groups, each read back when folded
+            fold = fold_subgroups(self.lake, ctx, parent, (self._events(live, [g]) for g in chosen),
+                                  reused=self.reused, key=cols.key, only=only, sequenced=self.sequenced)
+        else:
+            events = self._events(live, chosen)
+            if events is None:
+                return None, None
+            fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only,
+                              sequenced=self.sequenced)
+            del events
+        run = None
+        if fold.stream is not None and fold.applied.hashed_locations is not None:
+            run = spilled(sorted_run(fold.applied.hashed_locations),
+                          os.path.join(self.spill, f"locations-{index:04d}.kx2"))
+        fold.applied.hashed_locations = None
+        return fold, run
 
     def _events(self, live: list[_Part], chosen: list[int]) -> pl.DataFrame | None:
         """Every live part's spilled events of the groups `chosen`, in source order (None: none)."""

@@ -836,3 +836,49 @@ def test_a_helper_threads_progress_calls_leave_the_bar_alone() -> None:
             assert w.completed == pytest.approx(40)
     finally:
         progress.configure(False)
+
+
+def test_groups_fold_one_ahead_and_a_failed_fold_leaves_nothing(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next bucket is folded on a helper thread while this one's files are staged, at most one ahead
+    and not on the committing thread; a fold that fails is raised at its turn: nothing is committed, no
+    staged file is left, and no helper thread outlives the ingest."""
+    import threading
+
+    events = order_history(5, 300)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events))
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    monkeypatch.setenv(ENV_MAX_GROUP, "1024")
+    lake = _based(tmp_path / "lake")
+    before, on_disk = lake.latest_version("orders"), _parquet_files(lake)
+    real = parts_mod.fold_subgroups
+    folded: list[int] = []
+    staged_at: list[int] = []
+    main = threading.get_ident()
+
+    def fold(*args: Any, **kw: Any) -> Any:
+        assert threading.get_ident() != main
+        folded.append(min(kw["only"]))
+        if len(folded) == 4:
+            raise RuntimeError("fold of the fourth bucket failed")
+        return real(*args, **kw)
+
+    real_stage = parts_mod._PartsPlan._stream
+
+    def stream(self: Any, *a: Any) -> Any:
+        for item in real_stage(self, *a):
+            staged_at.append(len(folded))
+            yield item
+
+    monkeypatch.setattr(parts_mod, "fold_subgroups", fold)
+    monkeypatch.setattr(parts_mod._PartsPlan, "_stream", stream)
+    threads = threading.active_count()
+    with pytest.raises(RuntimeError, match="fourth bucket"):
+        lake.ingest(path)
+    assert folded == [0, 1, 2, 3]
+    # bucket b's days are staged once its fold is done, while at most bucket b+1 folds: the first days with
+    # at most 2 folds begun, and none past the failing fourth (buckets 0-2 staged, 3 failed, 4 never begun)
+    assert staged_at and staged_at[0] <= 2 and max(staged_at) <= 4 and staged_at == sorted(staged_at)
+    assert lake.latest_version("orders") == before and _parquet_files(lake) == on_disk
+    assert threading.active_count() == threads
