@@ -590,10 +590,12 @@ def reused_in(frames: list[pl.DataFrame]) -> pl.Series:
     """Of one group of positions (every source's (position, line, batch number, content hash) of it, lines
     numbered over the sources): the lines whose position an earlier line of the same batch holds with other
     content. Between batches (SEQ_COLUMN) the fold judges a reused position."""
+    # Only the (usually few) events whose (position, batch) repeats are ranked: the window over every event
+    # of the group cost 40 ms per 420k events, the duplicate screen first 15-19 ms.
     seen = pl.concat(frames)
+    repeats = seen.filter(pl.struct("position", SEQ_COLUMN).is_duplicated())
     first = pl.col(CONTENT_COLUMN).sort_by("line").first().over("position", SEQ_COLUMN)
-    return seen.filter((pl.len().over("position", SEQ_COLUMN) > 1) & (pl.col(CONTENT_COLUMN) != first))["line"] \
-        .cast(pl.Int64)
+    return repeats.filter(pl.col(CONTENT_COLUMN) != first)["line"].cast(pl.Int64)
 
 
 class _PartsPlan(Plan):

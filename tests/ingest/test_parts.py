@@ -6,6 +6,7 @@ batches (replay --all, a release run) go through the same fold."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -887,3 +889,24 @@ def test_groups_fold_one_ahead_and_a_failed_fold_leaves_nothing(tmp_path: Path,
     assert staged_at == sorted(staged_at)
     assert lake.latest_version("orders") == before and _parquet_files(lake) == on_disk
     assert not [t for t in threading.enumerate() if t.name.startswith("fold-ahead")]
+
+
+@settings(max_examples=80, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1), st.integers(0, 2)), max_size=40),
+       cuts=st.lists(st.integers(0, 40), max_size=3))
+def test_reused_in_names_the_lines_whose_position_an_earlier_line_of_its_batch_holds_otherwise(
+        events: list[tuple[int, int, int]], cuts: list[int]) -> None:
+    """`reused_in` over a group's frames (cut anywhere) equals the plain rule: a line is named when an
+    earlier line of the same batch has its position with other content."""
+    rows = {"position": [p for p, _, _ in events], "line": list(range(1, len(events) + 1)),
+            parts_mod.SEQ_COLUMN: [b for _, b, _ in events], parts_mod.CONTENT_COLUMN: [c for _, _, c in events]}
+    frame = pl.DataFrame(rows, schema={"position": pl.Int64, "line": pl.Int64, parts_mod.SEQ_COLUMN: pl.Int32,
+                                       parts_mod.CONTENT_COLUMN: pl.UInt64})
+    edges = sorted({0, len(events), *[min(c, len(events)) for c in cuts]})
+    frames = [frame.slice(a, b - a) for a, b in itertools.pairwise(edges)] or [frame]
+    expected = []
+    for i, (p, b, c) in enumerate(events):
+        first = next(cc for pp, bb, cc in events if (pp, bb) == (p, b))
+        if c != first:
+            expected.append(i + 1)
+    assert sorted(parts_mod.reused_in(frames).to_list()) == expected
