@@ -15,7 +15,7 @@ batch's keys are read and rewritten, a partition at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from ..views import partition_filter
 from .fold import (
     ApplyPlan,
     Columns,
+    Conflict,
     day_order,
     dedupe_events,
     fold,
@@ -345,24 +346,57 @@ def plan_in_groups(ctx: TableContext, parent: int, groups: Iterator[pl.DataFrame
     """`plan_bucketed` of the events of `groups` taken together, where each group holds its own keys (none
     in two groups) and all hash to `only_buckets` (the sub-groups of a bucket: a file in parts too large
     to fold a bucket's events at once, parts.py): each group is folded on the parent on its own (one
-    group's events in memory), and the winners of all of them replace the buckets' files once (each
-    (day, bucket) file written once, whatever the number of groups). Memory: a group's events, plus the
-    new rows of the buckets (one row per changed key)."""
+    group's events in memory: `fold_group_rows`), and the winners of all of them replace the buckets' files
+    once (`replace_groups`: each (day, bucket) file written once, whatever the number of groups). Memory: a
+    group's events, plus the new rows of the buckets (one row per changed key)."""
+    return replace_groups(ctx, parent, (fold_group_rows(ctx, parent, events, only_buckets=only_buckets,
+                                                        sequence=sequence) for events in groups))
+
+
+Locations = tuple[np.ndarray, np.ndarray]  # keyed hashes (S32) and their partitions: what the key index learns
+GroupRows = tuple[list[Conflict], pl.DataFrame | None, Locations | None]
+
+
+def fold_group_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int],
+                    sequence: str | None = None) -> GroupRows:
+    """One group of `plan_in_groups` folded on the parent: its conflicts, its new row of each winning key in
+    the columns `_replace` reads (None: nothing changes) and what the key index learns of them
+    (`_moved_locations`, taken here so the rows drop their 32-byte hashes: 48 bytes a row in a Polars
+    column, 32 in the array). Groups hold distinct keys, so folds of several groups may run at once
+    (parts.py folds a bucket's sub-groups two at a time)."""
+    cols = Columns.of(ctx.table)
+    folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
+    if folded.rows is None:
+        return folded.plan.conflicts, None, None
+    rows = folded.rows
+    locations = _moved_locations(rows, cols.key, cols.partition, ctx.table.buckets or 1, ctx.erasures.subject_key)
+    return (folded.plan.conflicts, rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior"),
+            locations)
+
+
+def replace_groups(ctx: TableContext, parent: int, folds: Iterable[GroupRows]) -> Planned:
+    """The groups' folds (`fold_group_rows`, in group order) as one plan: every conflict, and the winners of
+    all of them replacing the buckets' files once."""
     cols = Columns.of(ctx.table)
     plan = ApplyPlan()
     rows: list[pl.DataFrame] = []
-    for events in groups:
-        folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
-        plan.conflicts.extend(folded.plan.conflicts)
-        if folded.rows is not None:  # the columns `_replace` reads, in one order whichever way it was folded
-            rows.append(folded.rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior", HASH_COLUMN))
-        del folded
+    hashes: list[np.ndarray] = []
+    days: list[np.ndarray] = []
+    for conflicts, folded, locations in folds:
+        plan.conflicts.extend(conflicts)
+        if folded is not None and locations is not None:
+            rows.append(folded)
+            hashes.append(locations[0])
+            days.append(locations[1])
+        del folded, locations
     if not rows:
         return plan, [], None
     every = pl.concat(rows, how="vertical_relaxed")
     del rows
+    moved = (np.concatenate(hashes), np.concatenate(days))
+    del hashes, days
     return _replace(ctx, cols, plan, _Files(ctx, parent, cols), _Kept(budget=KEPT_MAX_ROWS), every,
-                    ctx.table.buckets or 1, prefetch=True)
+                    ctx.table.buckets or 1, prefetch=True, locations=moved)
 
 
 @dataclass(slots=True)
@@ -466,11 +500,12 @@ def _folded_joined(cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, j
 
 
 def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, rows: pl.DataFrame,
-             n: int, *, prefetch: bool = False) -> Planned:
+             n: int, *, prefetch: bool = False, locations: Locations | None = None) -> Planned:
     """The files to replace and the stream of their new content, from `rows` (the fold's new row of each
-    winning key, with its HASH_COLUMN or null and its BUCKET_COLUMN). `prefetch`: `kept` holds nothing
-    yet; the replaced files are read in one scan if they fit its budget (none: an empty frame), so the
-    days' content is computed at once."""
+    winning key, with its HASH_COLUMN or null and its BUCKET_COLUMN; without HASH_COLUMN when `locations`
+    gives what the key index learns of them, `_moved_locations` taken group by group). `prefetch`: `kept`
+    holds nothing yet; the replaced files are read in one scan if they fit its budget (none: an empty
+    frame), so the days' content is computed at once."""
     key, part = cols.key, cols.partition
     groups: dict[Any, set[int]] = {}  # (day, bucket) of every new row and of every row it replaces: one
     pairs = pl.concat([rows.lazy().select(part, BUCKET_COLUMN),  # query (two eager uniques cost ~3x)
@@ -484,7 +519,8 @@ def _replace(ctx: TableContext, cols: Columns, plan: ApplyPlan, files: _Files, k
     new_rows = rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior")
     plan.changed_keys = new_rows.height
     plan.changed = rows[key]
-    plan.hashed_locations = _moved_locations(rows, key, part, n, ctx.erasures.subject_key)
+    plan.hashed_locations = locations if locations is not None else _moved_locations(rows, key, part, n,
+                                                                                      ctx.erasures.subject_key)
     if prefetch:
         kept.prefetch(ctx, cols, removes, n)
     kept.only({e.path for e in removes})  # the others go now

@@ -891,6 +891,72 @@ def test_groups_fold_one_ahead_and_a_failed_fold_leaves_nothing(tmp_path: Path,
     assert not [t for t in threading.enumerate() if t.name.startswith("fold-ahead")]
 
 
+def test_a_buckets_sub_groups_fold_two_at_once_and_a_failed_one_leaves_nothing(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket's sub-groups are folded SUBGROUP_FOLDS at a time on helper threads (two meet at a barrier:
+    they run at once, never more), with the table and quarantine of folding them one by one; a sub-group
+    fold that fails is raised at its turn: nothing committed, no staged file left, no helper outlives."""
+    import threading
+
+    events = order_history(4, 600)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events) + b"not json\n" + jsonl([up("ord-002", 50, 1, 2)]))
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    monkeypatch.setenv(ENV_MAX_GROUP, "1024")
+    assert parts_mod.SUBGROUP_FOLDS == 2
+    one_by_one = _based(tmp_path / "serial")
+    monkeypatch.setattr(parts_mod, "SUBGROUP_FOLDS", 1)
+    serial = one_by_one.ingest(path)
+    monkeypatch.setattr(parts_mod, "SUBGROUP_FOLDS", 2)
+
+    real = parts_mod.fold_group_rows
+    both = threading.Event()  # set once two folds run at the same time
+    lock = threading.Lock()
+    running, most, calls = [0], [0], [0]
+
+    def fold(*args: Any, **kw: Any) -> Any:
+        assert threading.current_thread().name.startswith("subgroup-fold")
+        with lock:
+            calls[0] += 1
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            if running[0] == 2:
+                both.set()
+        try:
+            both.wait(timeout=1)  # until a second fold runs beside this one (a neighbour without events: 1 s)
+            return real(*args, **kw)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(parts_mod, "fold_group_rows", fold)
+    lake = _based(tmp_path / "lake")
+    report = lake.ingest(path)
+    assert most[0] == 2 and calls[0] > 2
+    assert rows(lake) == rows(one_by_one)
+    assert (report.accepted, report.quarantined, report.reasons) == (serial.accepted, serial.quarantined,
+                                                                     serial.reasons)
+    assert report.reasons.get("position_conflict", 0) > 0 and report.reasons.get("erased_subject", 0) > 0
+    assert _file_lines(lake, report) == _file_lines(one_by_one, serial)
+
+    failing = _based(tmp_path / "failing")
+    before, on_disk = failing.latest_version("orders"), _parquet_files(failing)
+    done = [0]
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        with lock:
+            done[0] += 1
+            if done[0] == 5:
+                raise RuntimeError("fold of the fifth sub-group failed")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(parts_mod, "fold_group_rows", broken)
+    with pytest.raises(RuntimeError, match="fifth sub-group"):
+        failing.ingest(path)
+    assert failing.latest_version("orders") == before and _parquet_files(failing) == on_disk
+    assert not [t for t in threading.enumerate() if t.name.startswith(("subgroup-fold", "fold-ahead"))]
+
+
 @settings(max_examples=80, deadline=None)
 @given(events=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1), st.integers(0, 2)), max_size=40),
        cuts=st.lists(st.integers(0, 40), max_size=3))
