@@ -2,22 +2,22 @@
 and the same one fold for many batches (a release run, `replay --all`).
 
 A file of at most `max_part_bytes()` (256 MiB, `DELTA_RELEASE_MAX_PART_BYTES`) is one batch, ingested by
-`ingest.ingest_batch` as before. A larger file is cut at line boundaries (contract/parts.py) and each
-part, in file order, is decoded, stored raw (the byte-identical slice, under its own sha256) and
-reconciled as a batch of its own (its quarantine ledger); only the decoded events of one part are held
-at a time. Each part's events are spilled (`spill_directory`: the lake's `_tmp`, swept by the next
-writer if this one is killed) by group of buckets; ONE plan folds all parts' events of a group at a time
-with their parent files (the groups never share a (day, bucket) file; a table without buckets is one
-group), so each (day, bucket) file is written once, in ONE stage, gate and strict commit (deferred)
-recording every part's batch id. The groups hold at most `max_group_bytes()` of input each (64 MiB,
-`DELTA_RELEASE_MAX_GROUP_BYTES`; `group_count`), so memory stays bounded: past buckets x that (512 MiB on
-`orders`) each bucket is split in sub-groups, folded one at a time, whose winners replace the bucket's
-files together (`plan_in_groups`), and the key index locations of each are spilled sorted and merged by
-range at the commit. The same-position check runs over all parts (a group of positions at a time), so the
-counts, quarantine and table equal those of ingesting the file at once. (On Ray, whose reduce tasks stage
-whole buckets, a file past buckets x the group limit is folded in several folds (`folds_of`), each its own
-deferred commit, published once after the last; a position a later fold reuses with other content is
-judged as between batches.)
+`ingest.ingest_batch` as before. A larger file is cut at line boundaries (contract/parts.py) and each part,
+in file order, is decoded, stored raw (the byte-identical slice, under its own sha256) and reconciled as a
+batch of its own (its quarantine ledger); only the decoded events of one part are held at a time. Each
+part's events are spilled (`spill_directory`: the lake's `_tmp`, swept by the next writer if this one is
+killed) by group of buckets; ONE plan folds all parts' events of a group at a time with their parent files
+(the groups never share a (day, bucket) file; a table without buckets is one group), so each (day, bucket)
+file is written once, in ONE stage, gate and strict commit (deferred) recording every part's batch id. The
+groups hold at most `max_group_bytes()` of input each (64 MiB, `DELTA_RELEASE_MAX_GROUP_BYTES`;
+`group_count`), so memory stays bounded: past buckets x that (512 MiB on `orders`) each bucket is split in
+sub-groups, folded two at a time (`fold_subgroups`), whose winners replace the bucket's files together
+(`replace_groups`), and the key index locations of each are spilled sorted and merged by range at the
+commit. The same-position check runs over all parts (a group of positions at a time), so the counts,
+quarantine and table equal those of ingesting the file at once. (On Ray, whose reduce tasks stage whole
+buckets, a file past buckets x the group limit is folded in several folds (`folds_of`), each its own
+deferred commit, published once after the last; a position a later fold reuses with other content is judged
+as between batches.)
 A stale parent rebuilds the plan from the spill. The map of a source (`map_events`: its events by
 group of buckets, its positions by group, its erased subjects' events held apart), the same-position
 check of a group (`reused_in`) and the fold of a group (`fold_group`) are functions of their own:
@@ -133,7 +133,7 @@ def group_count(sources: list[Source], buckets: int, *, split: bool = True) -> i
     """How many groups a fold of `sources` is planned in: enough that a group holds at most
     `max_group_bytes()` of input, and up to one per source (a part's events a group) while groups are
     whole buckets. Past `buckets` groups (`split`), a multiple of `buckets`: each bucket in as many
-    sub-groups (`buckets.groups_of`), folded one at a time and written together (`plan_in_groups`).
+    sub-groups (`buckets.groups_of`), folded two at a time and written together (`fold_subgroups`).
     Without `split` (a table without buckets; the Ray reduce, a task per group that stages its own
     files) never more than the buckets: the caller folds a larger input in several folds (`folds_of`)."""
     total = sum(s.size for s in sources)
