@@ -341,29 +341,19 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_
                     ctx.table.buckets or 1)
 
 
-def plan_in_groups(ctx: TableContext, parent: int, groups: Iterator[pl.DataFrame], *, only_buckets: set[int],
-                   sequence: str | None = None) -> Planned:
-    """`plan_bucketed` of the events of `groups` taken together, where each group holds its own keys (none
-    in two groups) and all hash to `only_buckets` (the sub-groups of a bucket: a file in parts too large
-    to fold a bucket's events at once, parts.py): each group is folded on the parent on its own (one
-    group's events in memory: `fold_group_rows`), and the winners of all of them replace the buckets' files
-    once (`replace_groups`: each (day, bucket) file written once, whatever the number of groups). Memory: a
-    group's events, plus the new rows of the buckets (one row per changed key)."""
-    return replace_groups(ctx, parent, (fold_group_rows(ctx, parent, events, only_buckets=only_buckets,
-                                                        sequence=sequence) for events in groups))
-
-
 Locations = tuple[np.ndarray, np.ndarray]  # keyed hashes (S32) and their partitions: what the key index learns
 GroupRows = tuple[list[Conflict], pl.DataFrame | None, Locations | None]
 
 
 def fold_group_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int],
                     sequence: str | None = None) -> GroupRows:
-    """One group of `plan_in_groups` folded on the parent: its conflicts, its new row of each winning key in
-    the columns `_replace` reads (None: nothing changes) and what the key index learns of them
+    """`plan_bucketed` of a group of events too large to fold with the rest of its buckets (a sub-group of
+    a bucket: a file in parts, parts.py), up to the files it replaces: every key of `events` hashes to
+    `only_buckets` and no other group holds it. Its conflicts, its new row of each winning key in the
+    columns `_replace` reads (None: nothing changes) and what the key index learns of them
     (`_moved_locations`, taken here so the rows drop their 32-byte hashes: 48 bytes a row in a Polars
-    column, 32 in the array). Groups hold distinct keys, so folds of several groups may run at once
-    (parts.py folds a bucket's sub-groups two at a time)."""
+    column, 32 in the array). Groups hold distinct keys, so several may be folded at once (parts.py folds
+    a bucket's sub-groups two at a time); `replace_groups` writes their winners together."""
     cols = Columns.of(ctx.table)
     folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
     if folded.rows is None:
@@ -376,7 +366,9 @@ def fold_group_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, onl
 
 def replace_groups(ctx: TableContext, parent: int, folds: Iterable[GroupRows]) -> Planned:
     """The groups' folds (`fold_group_rows`, in group order) as one plan: every conflict, and the winners of
-    all of them replacing the buckets' files once."""
+    all of them replacing the buckets' files once (each (day, bucket) file written once, whatever the
+    number of groups). Memory: the new rows of the buckets (one row per changed key), and what `folds`
+    holds while it folds."""
     cols = Columns.of(ctx.table)
     plan = ApplyPlan()
     rows: list[pl.DataFrame] = []
