@@ -21,6 +21,7 @@ from delta_release.index.keyfile import (
     HASH,
     Run,
     Source,
+    _argsort,
     _decode,
     _encode,
     _fold,
@@ -74,6 +75,28 @@ def test_merges_equal_the_in_memory_merge_byte_for_byte(tmp_path_factory: pytest
         expected = _fold(base, _merge(runs[:-1], drop_gone=False))
         assert merge_in_memory([*runs[:-1], base], "fold")[0].tolist() == expected[0].tolist()
         assert _merged(tmp_path, [*runs[:-1], base], "fold") == bytes(_encode(expected))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_any_hash, max_size=60), st.booleans())
+def test_the_hash_order_is_the_stable_sort_of_the_hashes(hashes: list[bytes], reverse: bool) -> None:
+    """`_argsort` (prefix bits and index packed in one word, ties put in order one by one) gives numpy's
+    stable argsort of the S32 hashes: for hashes sharing a prefix or repeated, and on a reversed view."""
+    h = np.array(hashes, dtype=HASH)
+    if reverse:
+        h = h[::-1]
+    assert _argsort(h).tolist() == np.argsort(h, kind="stable").tolist()
+
+
+def test_the_hash_order_of_millions_with_ties_in_the_packed_bits() -> None:
+    """At 300k hashes the word keeps the prefix's top 45 bits: hashes that agree there but differ after,
+    repeats (a merge's), and more ties than are ordered one by one (the full sort then) keep numpy's order."""
+    rng = np.random.default_rng(3)
+    h = np.frombuffer(rng.bytes(32 * 300_000), dtype=HASH).copy()
+    raw = h[:, None].view(np.uint8)
+    raw[1::1000, :6] = raw[0::1000, :6]  # 300 pairs sharing their top 48 bits, then differing
+    for hashes in (h, np.concatenate([h, h[::7]])[::-1]):
+        assert (_argsort(hashes) == np.argsort(hashes, kind="stable")).all()
 
 
 def test_a_fold_drops_gone_entries_only_when_the_newer_runs_hold_one(tmp_path: Path) -> None:
