@@ -6,6 +6,7 @@ the lake which bucket a key has rather than hard-coding one."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,37 @@ def test_backfill_shortcut_only_when_every_file_is_in_the_touched_days(lake: dr.
     lake.ingest(jsonl([up("a", 2, amount=9, day=48), up("b", 5, amount=6, day=48)]))  # all files in day 48
     rows = {r["order_id"]: r["amount_cents"] for r in lake.read().to_dicts()}
     assert rows == {"a": 5, "b": 6, "c": 100}
+
+
+def test_a_first_load_gives_the_files_and_key_index_of_a_load_onto_rows(tmp_path: Path) -> None:
+    """A table without files folds a batch without looking its keys up and hashes the winners after the
+    fold (`bucketed._fold_rows`); the same batch onto a copy of the lake (same secret, so same buckets)
+    holding one other order, which takes the lookup path, gives the same keys in the same (day, bucket)
+    files and the same key index locations: repeats, an older position and a delete included."""
+    from delta_release import index
+
+    first = dr.Lake.create(tmp_path / "first")
+    shutil.copytree(tmp_path / "first", tmp_path / "onto")
+    onto = dr.Lake.open(tmp_path / "onto")
+    onto.ingest(jsonl([up("other", 1, day=300)]))
+    events = [up(f"o{i}", i, day=40 + i % 5) for i in range(200)]
+    events += [up("o3", 900, amount=7, day=44), rm("o5", 901), up("o7", 2, amount=1, day=41)]
+    n = first.table_def("orders").buckets
+    keys = [f"o{i}" for i in range(200)]
+
+    def layout(lake: dr.Lake) -> tuple[dict[tuple[str, int | None], list[str]], dict[str, int | None]]:
+        lake.ingest(jsonl(events))
+        files = {(e.path.split("/")[0], bucket_of_path(e.path, n)): sorted(keys_of(lake, e.path))
+                 for e in orders_files(lake) if not e.path.startswith("event_day=300/")}
+        ctx = lake.table("orders")
+        found = index.key_index(ctx)
+        assert found is not None
+        return files, found.locate(keys, upto=lake.latest_version("orders") or 0)
+
+    assert layout(first) == layout(onto)
+    assert assert_tags_hold(first) == 0
+    assert {r["order_id"]: r["amount_cents"] for r in first.read().to_dicts() if r["order_id"] in {"o3", "o5", "o7"}} \
+        == {"o3": 7, "o7": 100}
 
 
 @pytest.fixture(scope="module")
