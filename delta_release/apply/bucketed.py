@@ -436,9 +436,9 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
     keys: pl.DataFrame | None = None  # each key's hash and bucket (None: the winners are hashed after the fold)
     # (`kept`: rows of the touched days' files, usually the ones rewritten, kept for the rewrite within its budget)
     if _delta.file_count(ctx.uri, ctx.storage_options, parent) == 0:
-        # A first load (a table without files): no key has a prior row or a bucket to look up, so the winners
-        # are hashed after the fold, in its order. Hashing the batch's keys first and joining them back to
-        # the winners cost 60-90 ms of CPU per 400k keys (a sub-group of the 20M-event backfill; 48 of them).
+        # A first load (a table without files): no prior row or bucket to look up; the winners are hashed
+        # after the fold (`_with_keys`): hashing the keys first and joining them back cost 60-90 ms of CPU
+        # per 400k keys (a sub-group of the 20M-event backfill; 48 of them).
         found, unresolved = cols.empty(), None
     elif events.height >= PREFETCH_KEYS_PER_BUCKET * n:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
@@ -482,10 +482,16 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
         return _Folded(plan, files, kept, None)
-    if keys is None:
-        hashed = keyed(folded.rows[key], n, hasher, distinct=True)  # (one row per winning key, in its order)
-        return _Folded(plan, files, kept, folded.rows.with_columns(hashed[HASH_COLUMN], hashed[BUCKET_COLUMN]))
-    return _Folded(plan, files, kept, folded.rows.join(keys, on=key, how="left"))
+    return _Folded(plan, files, kept, _with_keys(folded.rows, keys, key, n, hasher))
+
+
+def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame | None, key: str, n: int, hasher: Hasher) -> pl.DataFrame:
+    """The fold's winners with each key's HASH_COLUMN and BUCKET_COLUMN: joined from `keys`, or (None: a
+    first load) hashed here, in the winners' order (one row per key)."""
+    if keys is not None:
+        return rows.join(keys, on=key, how="left")
+    hashed = keyed(rows[key], n, hasher, distinct=True)
+    return rows.with_columns(hashed[HASH_COLUMN], hashed[BUCKET_COLUMN])
 
 
 def _folded_joined(cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, joined: pl.DataFrame) -> _Folded:
