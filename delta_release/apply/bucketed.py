@@ -421,21 +421,13 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
         if events[sequence].n_unique() > 1:
             batches = events[sequence]
         events = events.drop(sequence)
-    # Whether any key repeats, found once (a count of distinct ids: ~5 ms per 100k, a repeat mask ~20 ms) for
-    # the dedupe and the fold. An exact repeat of an event repeats its key: without repeats, nothing to dedupe.
-    unique_keys = events[key].n_unique() == events.height  # (one event a key: its batch does not matter)
-    if unique_keys:
-        distinct = events.select(key)
-    elif batches is not None:  # each batch deduplicated on its own, by the fold
-        distinct = events.select(key).unique()
-    else:
-        events = dedupe_events(events, cols)
-        distinct = events.select(key).unique()
+    first_load = _delta.file_count(ctx.uri, ctx.storage_options, parent) == 0
+    events, unique_keys, several, distinct = _batch_keys(events, cols, batches, lookup=not first_load)
     touched: list[Any] = events[part].drop_nulls().unique().to_list()
     files.load(touched)
     keys: pl.DataFrame | None = None  # each key's hash and bucket (None: the winners are hashed after the fold)
     # (`kept`: rows of the touched days' files, usually the ones rewritten, kept for the rewrite within its budget)
-    if _delta.file_count(ctx.uri, ctx.storage_options, parent) == 0:
+    if distinct is None:
         # A first load (a table without files): no prior row or bucket to look up; the winners are hashed
         # after the fold (`_with_keys`): hashing the keys first and joining them back cost 60-90 ms of CPU
         # per 400k keys (a sub-group of the 20M-event backfill; 48 of them).
@@ -478,11 +470,30 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
     if batches is not None and not unique_keys:
         folded = fold_in_order(events, batches, prior, cols)
     else:
-        folded = fold(events, prior, cols, unique_keys=unique_keys)
+        folded = fold(events, prior, cols, unique_keys=unique_keys, several=several)
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
         return _Folded(plan, files, kept, None)
     return _Folded(plan, files, kept, _with_keys(folded.rows, keys, key, n, hasher))
+
+
+def _batch_keys(events: pl.DataFrame, cols: Columns, batches: pl.Series | None, *, lookup: bool
+                ) -> tuple[pl.DataFrame, bool, pl.Series | None, pl.DataFrame | None]:
+    """The batch without exact repeats (several batches: each deduplicated by the fold on its own), whether
+    its keys are distinct, which of its events share their key (the fold's split; None: the fold finds
+    them) and, when `lookup` (a first load looks nothing up), its distinct keys."""
+    key = cols.key
+    # Whether any key repeats, found first by a count of distinct ids (~5 ms per 100k; a repeat mask ~20 ms):
+    # one event a key, whatever its batch, leaves nothing to dedupe.
+    if events[key].n_unique() == events.height:
+        return events, True, None, events.select(key) if lookup else None
+    several = None
+    if batches is None:  # an exact repeat repeats its key: only the events sharing a key are screened
+        several = events[key].is_duplicated()
+        deduped = dedupe_events(events, cols, candidates=several)
+        several = several if deduped.height == events.height else None
+        events = deduped
+    return events, False, several, events.select(key).unique() if lookup else None
 
 
 def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame | None, key: str, n: int, hasher: Hasher) -> pl.DataFrame:

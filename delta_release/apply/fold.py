@@ -115,14 +115,17 @@ def read_rows_from(lf: pl.LazyFrame, cols: Columns = ORDERS) -> ReadRows:
     return read
 
 
-def dedupe_events(events: pl.DataFrame, cols: Columns = ORDERS) -> pl.DataFrame:
+def dedupe_events(events: pl.DataFrame, cols: Columns = ORDERS, *, candidates: pl.Series | None = None
+                  ) -> pl.DataFrame:
     """The batch without exact repeats of an event (same key, position, kind, values, day).
 
     A batch without repeats (the common case) is returned as it is: a 64-bit row hash finds candidates
     (16 bytes a row instead of an ordered copy of the batch); only when one repeats is the exact
-    `unique` run (a hash collision then costs time, never a dropped event)."""
+    `unique` run (a hash collision then costs time, never a dropped event). `candidates`: a mask of the
+    events that may repeat (those sharing their key: an exact repeat does), the only ones hashed."""
     subset = [cols.key, cols.ordering, "kind", *cols.values, cols.partition]
-    if events.select(pl.struct(subset).hash().is_duplicated().any()).item():
+    screened = events if candidates is None else events.filter(candidates)
+    if screened.select(pl.struct(subset).hash().is_duplicated().any()).item():
         return events.unique(subset=subset, keep="first", maintain_order=True)
     return events
 
@@ -157,7 +160,8 @@ def _conflicts(bad: pl.DataFrame, cols: Columns) -> list[Conflict]:
             for line, k, p in bad.select("line", cols.key, cols.ordering).iter_rows()]
 
 
-def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, unique_keys: bool = False) -> Folded:
+def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, unique_keys: bool = False,
+         several: pl.Series | None = None) -> Folded:
     """Fold deduplicated `events` over `prior` (the current row, tombstones included, of each of their keys
     that has one; at most one per key). Batch-sized.
 
@@ -170,7 +174,8 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
     multi: pl.DataFrame | None = None
     single = events
     if not unique_keys:  # unique_keys: the caller knows that no key has two events in `events`
-        several = events.select(pl.col(key).is_duplicated()).to_series()
+        if several is None:  # (else the caller's mask of the events sharing their key)
+            several = events.select(pl.col(key).is_duplicated()).to_series()
         if several.any():
             multi, single = events.filter(several), events.filter(several.not_())
     folded = fold_joined(single.join(prior_columns(prior, cols), on=key, how="left"), cols)

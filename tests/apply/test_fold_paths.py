@@ -8,7 +8,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delta_release.apply.fold import ORDERS, fold, fold_sequence
+from delta_release.apply.fold import ORDERS, dedupe_events, fold, fold_sequence
 from tests.conftest import examples
 
 KEYS = ["o1", "o2", "o3", "o4", "o5", "o6"]
@@ -53,6 +53,25 @@ def test_join_path_equals_the_sequence_fold(case: tuple[pl.DataFrame, pl.DataFra
     assert _canon(fast.rows) == _canon(general.rows)
     assert [(c.line, c.order_id, c.detail) for c in fast.conflicts] == \
         [(c.line, c.order_id, c.detail) for c in general.conflicts]
+
+
+@settings(max_examples=examples(200, fuzz=3000), deadline=None)
+@given(case=cases(), repeats=st.lists(st.integers(0, 11), max_size=4))
+def test_the_repeat_screen_on_shared_keys_only_equals_the_whole_batchs(case: tuple[pl.DataFrame, pl.DataFrame],
+                                                                       repeats: list[int]) -> None:
+    """An exact repeat of an event shares its key, so `dedupe_events` given the mask of events sharing a
+    key (`candidates`, what `_fold_rows` computes once) drops the same events as the screen of the whole
+    batch, and `fold` given that mask (`several`) folds as when it finds the mask itself."""
+    events, prior = case
+    copies = events[[i for i in repeats if i < events.height]].with_columns(pl.col("line") + 100)
+    events = pl.concat([events, copies])
+    shared = events["order_id"].is_duplicated()
+    deduped = dedupe_events(events, candidates=shared)
+    assert deduped.rows() == dedupe_events(events).rows()
+    assert deduped.height == events.height - copies.height  # (the drawn positions are distinct: each copy repeats)
+    mine, theirs = fold(deduped, prior, several=deduped["order_id"].is_duplicated()), fold(deduped, prior)
+    assert _canon(mine.rows) == _canon(theirs.rows)
+    assert [c.line for c in mine.conflicts] == [c.line for c in theirs.conflicts]
 
 
 def test_a_batch_of_single_events_is_decided_by_the_join() -> None:
