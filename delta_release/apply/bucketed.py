@@ -480,18 +480,19 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
 def _batch_keys(events: pl.DataFrame, cols: Columns, batches: pl.Series | None, *, lookup: bool
                 ) -> tuple[pl.DataFrame, bool, pl.Series | None, pl.DataFrame | None]:
     """The batch without exact repeats (several batches: each deduplicated by the fold on its own), whether
-    its keys are distinct, which of its events share their key (the fold's split; None: the fold finds
-    them) and, when `lookup` (a first load looks nothing up), its distinct keys."""
+    its keys are distinct, a mask of its events holding at least those that share their key (the fold's
+    split; None: the fold finds them) and, when `lookup` (a first load looks nothing up), its distinct keys."""
     key = cols.key
-    # Whether any key repeats, found first by a count of distinct ids (~5 ms per 100k; a repeat mask ~20 ms):
-    # one event a key, whatever its batch, leaves nothing to dedupe.
-    if events[key].n_unique() == events.height:
+    # Which events may share their key, from a 64-bit hash of each key (416k keys: 22 ms; n_unique 20 ms, and
+    # the strings' own repeat mask 40 ms more). A collision only flags an event that does not: the fold then
+    # decides its key by the sequence fold, which decides any key, and the repeat screen hashes it too.
+    flagged = events[key].hash().is_duplicated()
+    if not flagged.any():  # one event a key, whatever its batch: nothing to dedupe
         return events, True, None, events.select(key) if lookup else None
-    several = None
-    if batches is None:  # an exact repeat repeats its key: only the events sharing a key are screened
-        several = events[key].is_duplicated()
-        deduped = dedupe_events(events, cols, candidates=several)
-        several = several if deduped.height == events.height else None
+    several: pl.Series | None = None  # (several batches: the fold takes each on its own)
+    if batches is None:  # an exact repeat repeats its key: only the flagged events are screened
+        deduped = dedupe_events(events, cols, candidates=flagged)
+        several = flagged if deduped.height == events.height else None
         events = deduped
     return events, False, several, events.select(key).unique() if lookup else None
 

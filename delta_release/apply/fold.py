@@ -121,8 +121,8 @@ def dedupe_events(events: pl.DataFrame, cols: Columns = ORDERS, *, candidates: p
 
     A batch without repeats (the common case) is returned as it is: a 64-bit row hash finds candidates
     (16 bytes a row instead of an ordered copy of the batch); only when one repeats is the exact
-    `unique` run (a hash collision then costs time, never a dropped event). `candidates`: a mask of the
-    events that may repeat (those sharing their key: an exact repeat does), the only ones hashed."""
+    `unique` run (a hash collision then costs time, never a dropped event). `candidates`: a mask holding at
+    least the events that share their key (an exact repeat does), the only ones hashed."""
     subset = [cols.key, cols.ordering, "kind", *cols.values, cols.partition]
     screened = events if candidates is None else events.filter(candidates)
     if screened.select(pl.struct(subset).hash().is_duplicated().any()).item():
@@ -174,7 +174,8 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
     multi: pl.DataFrame | None = None
     single = events
     if not unique_keys:  # unique_keys: the caller knows that no key has two events in `events`
-        if several is None:  # (else the caller's mask of the events sharing their key)
+        if several is None:  # (else the caller's mask: at least the events sharing their key; one more only
+            # goes through the sequence fold, which decides any key)
             several = events.select(pl.col(key).is_duplicated()).to_series()
         if several.any():
             multi, single = events.filter(several), events.filter(several.not_())

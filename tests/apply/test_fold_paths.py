@@ -56,20 +56,24 @@ def test_join_path_equals_the_sequence_fold(case: tuple[pl.DataFrame, pl.DataFra
 
 
 @settings(max_examples=examples(200, fuzz=3000), deadline=None)
-@given(case=cases(), repeats=st.lists(st.integers(0, 11), max_size=4))
+@given(case=cases(), repeats=st.lists(st.integers(0, 11), max_size=4), extra=st.lists(st.booleans(), max_size=16))
 def test_the_repeat_screen_on_shared_keys_only_equals_the_whole_batchs(case: tuple[pl.DataFrame, pl.DataFrame],
-                                                                       repeats: list[int]) -> None:
-    """An exact repeat of an event shares its key, so `dedupe_events` given the mask of events sharing a
-    key (`candidates`, what `_fold_rows` computes once) drops the same events as the screen of the whole
-    batch, and `fold` given that mask (`several`) folds as when it finds the mask itself."""
+                                                                       repeats: list[int], extra: list[bool]) -> None:
+    """An exact repeat of an event shares its key, so `dedupe_events` given a mask holding the events that
+    share a key (`candidates`: `_fold_rows` flags them by a 64-bit hash of the key, so a collision may flag
+    more) drops the same events as the screen of the whole batch, and `fold` given such a mask (`several`)
+    folds as when it finds the exact mask itself."""
     events, prior = case
     copies = events[[i for i in repeats if i < events.height]].with_columns(pl.col("line") + 100)
     events = pl.concat([events, copies])
-    shared = events["order_id"].is_duplicated()
-    deduped = dedupe_events(events, candidates=shared)
+    def flagged(frame: pl.DataFrame) -> pl.Series:  # the events sharing their key, and some more
+        more = pl.Series([i < len(extra) and extra[i] for i in range(frame.height)], dtype=pl.Boolean)
+        return frame["order_id"].is_duplicated() | more
+
+    deduped = dedupe_events(events, candidates=flagged(events))
     assert deduped.rows() == dedupe_events(events).rows()
     assert deduped.height == events.height - copies.height  # (the drawn positions are distinct: each copy repeats)
-    mine, theirs = fold(deduped, prior, several=deduped["order_id"].is_duplicated()), fold(deduped, prior)
+    mine, theirs = fold(deduped, prior, several=flagged(deduped)), fold(deduped, prior)
     assert _canon(mine.rows) == _canon(theirs.rows)
     assert [c.line for c in mine.conflicts] == [c.line for c in theirs.conflicts]
 
