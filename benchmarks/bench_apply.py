@@ -146,9 +146,8 @@ def instrument(lake: Any) -> Phases:
     for name in ("read_entry", "read_entries"):
         wrap((bk,), name, "apply: read parent rows")
     wrap((bk._Kept,), "_read_whole", "apply: read parent rows")
-    wrap((parts_mod,), "plan_in_groups", "apply: plan (the rest)")  # a bucket's sub-groups (a large file)
-    # the same, its sub-groups folded two at a time: the folds only (replace_groups waits for them; timing it too
-    # would count them twice). Overlapped rows add up the time of every helper thread.
+    # a bucket's sub-groups (a large file), folded two at a time: the folds only (replace_groups waits for them;
+    # timing it too would count them twice). Overlapped rows add up the time of every helper thread.
     wrap((parts_mod,), "fold_group_rows", "apply: plan (the rest)")
     wrap((parts_mod,), "_spill_events", "parts: spill by group (split, write)")
     wrap((parts_mod,), "_reused_positions", "parts: same-position check over the file")
