@@ -660,6 +660,8 @@ def bench_memory(scale: Scale, skip: set[str]) -> dict[str, Any]:
             else:
                 fig = (f"peak {r['maxrss_mb']:,.0f} MiB, {r['seconds']:.1f} s ({r['extracted']:,} lines, "
                        f"{r['accepted']:,} accepted, {r['quarantined']:,} quarantined)")
+                if r.get("rounds_s"):
+                    fig += f"; median of {len(r['rounds_s'])} runs: {' / '.join(f'{x:g}' for x in r['rounds_s'])} s"
             ratio = f"peak/file = {r['maxrss_mb'] / file_mb:.2f}x"
             target = ""
             if contender == "ours":
@@ -682,22 +684,36 @@ def bench_memory(scale: Scale, skip: set[str]) -> dict[str, Any]:
              + (f"{MAX_LINE_BYTES:,} bytes." if MAX_LINE_BYTES else "none in this package.")
              + " A file over the part limit (256 MiB unless DELTA_RELEASE_MAX_PART_BYTES) is ingested as parts,"
              " one part's events in memory at a time and one publication at the end; ours' label says how"
-             " many parts and their size."]
+             " many parts and their size. With `--large` the two alternate " + str(ROUNDS_LARGE) + " times on each"
+             " event file: each row gives its median run's time (every run's time listed), the highest peak of its"
+             " runs, and the last round's two tables are the ones compared."]
     return {"runs": runs, "rows": rows, "notes": notes}
+
+
+ROUNDS_LARGE = 3  # `--large`: ours and the alternative alternate this many times on each file (issue 34.4)
 
 
 def _peak_runs(scale: Scale, kind: str, path: Path) -> dict[str, dict[str, Any]]:
     """Ours and the alternative on one file, each in a fresh process; for event files, then whether the two
-    tables hold the same current rows (a third process reads both)."""
+    tables hold the same current rows (a third process reads both). With `--large` the two alternate
+    ROUNDS_LARGE times and each keeps its median run (`_median_run`): on the 2-core host the same 20M-event
+    ingest took 84.7-97.3 s, so one run each could pass or miss a 2.0x target by noise alone."""
     got: dict[str, dict[str, Any]] = {}
     keep = kind != "long"  # the single line is quarantined by ours and kept by polars: no rows to compare
     works = {c: data_dir(scale) / "work" / f"peak-{c}" for c in ("ours", "polars")}
-    for contender, work in works.items():
-        res = run_child("benchmarks.bench_peak", "run", contender, str(path), str(work),
-                        *(["keep"] if keep else []), timeout=7200)
-        r = got[contender] = {"ok": res.ok, "error": res.error, **res.data}
-        log(f"  memory {kind:<8} {contender:<6} " + (f"{r['seconds']:.1f}s peak {r['maxrss_mb']:.0f} MiB"
-                                                   if res.ok else f"FAILED {res.error}"))
+    rounds = ROUNDS_LARGE if scale.large and kind != "long" else 1
+    tried: dict[str, list[dict[str, Any]]] = {c: [] for c in works}
+    for n in range(rounds):
+        last = n == rounds - 1
+        for contender, work in works.items():
+            res = run_child("benchmarks.bench_peak", "run", contender, str(path), str(work),
+                            *(["keep"] if keep and last else []), timeout=7200)
+            r = {"ok": res.ok, "error": res.error, **res.data}
+            tried[contender].append(r)
+            log(f"  memory {kind:<8} {contender:<6} " + (f"{r['seconds']:.1f}s peak {r['maxrss_mb']:.0f} MiB"
+                                                       if res.ok else f"FAILED {res.error}"))
+    for contender, runs in tried.items():
+        got[contender] = _median_run(runs)
     if keep and all(_done(r) for r in got.values()):
         res = run_child("benchmarks.bench_peak", "compare", str(works["ours"]), str(works["polars"]), timeout=3600)
         same = res.data.get("same_rows") if res.ok else None
@@ -709,6 +725,17 @@ def _peak_runs(scale: Scale, kind: str, path: Path) -> dict[str, dict[str, Any]]
     for work in works.values():
         shutil.rmtree(work, ignore_errors=True)
     return got
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of one contender's runs on a file: the first that failed, else the run of median time, with every
+    run's time (`rounds_s`) and the highest peak of them all (the budget holds for every run)."""
+    bad = [r for r in runs if not _done(r)]
+    if bad or len(runs) == 1:
+        return bad[0] if bad else runs[0]
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    return {**ordered[len(ordered) // 2], "rounds_s": [round(r["seconds"], 1) for r in runs],
+            "maxrss_mb": max(r["maxrss_mb"] for r in runs)}
 
 
 def _done(r: dict[str, Any]) -> bool:

@@ -75,3 +75,14 @@ def test_bench_runner_runs_at_micro_scale(tmp_path: Path) -> None:
     assert memory["backfill|ours"]["ok"] and memory["backfill|ours"]["accepted"] == 2_000, memory
     for section in ("versions", "writers", "memory"):
         assert f"| {section} |" in text
+
+
+def test_large_runs_keep_the_median_time_and_the_highest_peak() -> None:
+    from benchmarks.run import _median_run
+
+    runs = [{"ok": True, "seconds": s, "maxrss_mb": m} for s, m in ((90.0, 900.0), (80.0, 950.0), (85.0, 920.0))]
+    got = _median_run(runs)
+    assert (got["seconds"], got["maxrss_mb"], got["rounds_s"]) == (85.0, 950.0, [90.0, 80.0, 85.0])
+    failed = {"ok": False, "error": "killed"}
+    assert _median_run([*runs, failed]) is failed  # a failed run is reported, never hidden by the others
+    assert _median_run(runs[:1]) is runs[0]
