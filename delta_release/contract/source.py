@@ -31,8 +31,16 @@ if TYPE_CHECKING:
 READ_PHASE = "read and decode"  # the phase of progress.INGEST_PHASES / RUN_PHASES this streaming read is
 
 
+ALIGN_WINDOW = 64 << 10  # where a large read looks for the line break it stops after (`_RangeReader`)
+
+
 class _RangeReader:
-    """At most `length` bytes of a binary reader (positioned at the range's start)."""
+    """At most `length` bytes of a binary file (positioned at the range's start). A read of more than
+    ALIGN_WINDOW bytes that stops short of the range's end stops after the last line break of its last
+    ALIGN_WINDOW bytes, when there is one (found by a positioned read of that window; the rest comes with
+    the next read): the decoder (`lines.iter_chunks`) then takes each block whole, instead of joining the
+    line cut at the block's end to the next block, a fresh copy of every block (the 20M-event file's
+    2.7 GB: about 660k page faults). Which bytes come out, and in which order, is the same either way."""
 
     def __init__(self, handle: Any, length: int) -> None:
         self._handle = handle
@@ -42,9 +50,21 @@ class _RangeReader:
         if self._left <= 0:
             return b""
         n = self._left if n is None or n < 0 else min(n, self._left)
+        if ALIGN_WINDOW < n < self._left:
+            n = self._to_line_end(n)
         block: bytes = self._handle.read(n)
         self._left -= len(block)
         return block
+
+    def _to_line_end(self, n: int) -> int:
+        """`n`, or fewer bytes ending at the last line break within the last ALIGN_WINDOW bytes of `n`."""
+        try:
+            start = self._handle.tell() + n - ALIGN_WINDOW
+            window = os.pread(self._handle.fileno(), ALIGN_WINDOW, start)
+        except (OSError, AttributeError, ValueError):  # not a plain file: read as asked
+            return n
+        cut = window.rfind(b"\n")
+        return n if cut < 0 else n - ALIGN_WINDOW + cut + 1
 
 
 class _HashingReader:

@@ -55,6 +55,56 @@ def test_chunked_equals_whole(lines: list[bytes], end: bytes, bom: bool, last_en
     assert too_long <= {r.line for r in whole.rejects}
 
 
+@settings(max_examples=examples(60))
+@given(st.lists(st.one_of(event_lines(), st.binary(max_size=30).map(lambda b: b.replace(b"\n", b""))),
+                min_size=0, max_size=25),
+       st.sampled_from([b"\n", b"\r\n"]), st.booleans(), st.integers(1, 120), st.integers(1, 300),
+       st.integers(1, 40), st.binary(max_size=20), st.binary(max_size=20))
+@example([b"x" * 50, b"{}"], b"\n", True, 120, 7, 3, b"\n\n", b"\n")  # a line longer than the window
+def test_a_file_range_read_to_line_ends_decodes_as_the_bytes(lines: list[bytes], end: bytes, last_end: bool,
+                                                             limit: int, chunk: int, window: int, before: bytes,
+                                                             after: bytes) -> None:
+    """A byte range of a file read in blocks that stop after a line break (`_RangeReader`, a window of any
+    size, line breaks or none around the range): the same bytes, so the same decoded batch."""
+    import tempfile
+
+    import delta_release.contract.source as source
+
+    data = end.join(lines) + (end if last_end and lines else b"")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "batch.jsonl"
+        path.write_bytes(before + data + after)
+        saved, source.ALIGN_WINDOW = source.ALIGN_WINDOW, window
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(len(before))
+                reader = source._HashingReader(source._RangeReader(handle, len(data)))
+                with reader:
+                    got = decode_stream(reader, lambda o, n: data[o:o + n], max_line_bytes=limit, chunk_bytes=chunk)
+                    sha = reader.sha256()
+        finally:
+            source.ALIGN_WINDOW = saved
+    assert reader.size == len(data) and sha == hashlib.sha256(data).hexdigest()
+    assert summary(got) == summary(decode_batch(data, max_line_bytes=limit))
+
+
+def test_a_large_read_stops_after_a_line_break(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """So `iter_chunks` takes the block whole (no join with the next): the cut is after the window's last
+    line break; without one in the window, or at the range's end, the read is as asked."""
+    import delta_release.contract.source as source
+
+    monkeypatch.setattr(source, "ALIGN_WINDOW", 16)
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(b"123456789\n" * 10 + b"x" * 40)
+    with open(path, "rb") as handle:
+        reader = source._RangeReader(handle, 140)
+        assert reader.read(35) == b"123456789\n" * 3  # 30 bytes: the break at 29, in the last 16 of 35
+        assert reader.read(17) == b"123456789\n"  # 40..56: the break at 39+10=49
+        assert reader.read(70) == b"123456789\n" * 6  # 40..109 asked: the break at 99
+        assert reader.read(20) == b"x" * 20  # no break in 104..119: as asked
+        assert reader.read(100) == b"x" * 20  # the rest of the range
+
+
 def _ev(i: int, **over: object) -> bytes:
     ev = {"schema_version": 2, "order_id": f"ord-{i}", "position": i, "kind": "upsert", "amount_cents": i,
           "event_day": 3, **over}
