@@ -697,7 +697,7 @@ def _peak_runs(scale: Scale, kind: str, path: Path) -> dict[str, dict[str, Any]]
     """Ours and the alternative on one file, each in a fresh process; for event files, then whether the two
     tables hold the same current rows (a third process reads both). With `--large` the two alternate
     ROUNDS_LARGE times and each keeps its median run (`_median_run`): on the 2-core host the same 20M-event
-    ingest took 84.7-97.3 s, so one run each could pass or miss a 2.0x target by noise alone."""
+    ingest took 69.8-97.3 s in a day, so one run each could pass or miss a 2.0x target by noise alone."""
     got: dict[str, dict[str, Any]] = {}
     keep = kind != "long"  # the single line is quarantined by ours and kept by polars: no rows to compare
     works = {c: data_dir(scale) / "work" / f"peak-{c}" for c in ("ours", "polars")}
@@ -731,8 +731,10 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Of one contender's runs on a file: the first that failed, else the run of median time, with every
     run's time (`rounds_s`) and the highest peak of them all (the budget holds for every run)."""
     bad = [r for r in runs if not _done(r)]
-    if bad or len(runs) == 1:
-        return bad[0] if bad else runs[0]
+    if bad:
+        return bad[0]
+    if len(runs) == 1:
+        return runs[0]
     ordered = sorted(runs, key=lambda r: r["seconds"])
     return {**ordered[len(ordered) // 2], "rounds_s": [round(r["seconds"], 1) for r in runs],
             "maxrss_mb": max(r["maxrss_mb"] for r in runs)}

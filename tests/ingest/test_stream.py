@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import delta_release as dr
+import delta_release.contract.source as source
 from delta_release.contract import decode_batch
 from delta_release.contract.decode import decode_stream, split_lines
 from delta_release.contract.lines import BOM, ENV_MAX_LINE
@@ -66,10 +68,6 @@ def test_a_file_range_read_to_line_ends_decodes_as_the_bytes(lines: list[bytes],
                                                              after: bytes) -> None:
     """A byte range of a file read in blocks that stop after a line break (`_RangeReader`, a window of any
     size, line breaks or none around the range): the same bytes, so the same decoded batch."""
-    import tempfile
-
-    import delta_release.contract.source as source
-
     data = end.join(lines) + (end if last_end and lines else b"")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "batch.jsonl"
@@ -91,15 +89,13 @@ def test_a_file_range_read_to_line_ends_decodes_as_the_bytes(lines: list[bytes],
 def test_a_large_read_stops_after_a_line_break(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """So `iter_chunks` takes the block whole (no join with the next): the cut is after the window's last
     line break; without one in the window, or at the range's end, the read is as asked."""
-    import delta_release.contract.source as source
-
     monkeypatch.setattr(source, "ALIGN_WINDOW", 16)
     path = tmp_path / "b.jsonl"
     path.write_bytes(b"123456789\n" * 10 + b"x" * 40)
     with open(path, "rb") as handle:
         reader = source._RangeReader(handle, 140)
         assert reader.read(35) == b"123456789\n" * 3  # 30 bytes: the break at 29, in the last 16 of 35
-        assert reader.read(17) == b"123456789\n"  # 40..56: the break at 39+10=49
+        assert reader.read(17) == b"123456789\n"  # 30..46 asked: the break at 39
         assert reader.read(70) == b"123456789\n" * 6  # 40..109 asked: the break at 99
         assert reader.read(20) == b"x" * 20  # no break in 104..119: as asked
         assert reader.read(100) == b"x" * 20  # the rest of the range
