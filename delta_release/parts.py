@@ -77,7 +77,7 @@ from .index.keyfile import sorted_run, spilled
 from .ingest import IngestReport, _already_applied, applied_batches, erasure_filter, ingest_batch
 from .maintenance import upkeep
 from .raw.background import RawCopy
-from .stage.buckets import bucket_of_path, digest_array, groups_of
+from .stage.buckets import KnownDigests, bucket_of_path, digest_array, groups_of
 from .storage import local_spill_root, temp_name
 from .tables import DEFAULT_TABLE
 
@@ -251,6 +251,7 @@ def publish_parts(lake: LakeContext, table: str, batch_ids: list[str], versions:
 
 # -- a file in parts on a bucketed table: each (day, bucket) file folded and written once ----------------
 GROUP_COLUMN = "__group"  # in memory only: the group of buckets an event's key hashes to
+Loaded = tuple[pl.DataFrame, KnownDigests] | None  # a group's spilled events and their keys' hashes (None: none)
 SEQ_COLUMN = "__seq"  # in the spill only: the batch number of an event's source (Source.batch)
 
 
@@ -516,6 +517,7 @@ def _spill_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, sp
     mapped = map_events(lake, ctx, events, groups, seq=seq)
     for g, frame in mapped.by_group.items():
         frame.write_parquet(_spill_path(spill, g, number), compression=SPILL_COMPRESSION)
+        mapped.digests[g].tofile(_digests_path(spill, g, number))
     for g, frame in mapped.by_position.items():
         frame.write_parquet(_spill_path(spill, g, number, "q"), compression=SPILL_COMPRESSION)
     return mapped.held
@@ -530,6 +532,7 @@ class Mapped:
     by_group: dict[int, pl.DataFrame]
     by_position: dict[int, pl.DataFrame]
     held: dict[int, pl.DataFrame]
+    digests: dict[int, np.ndarray] = field(default_factory=dict)  # the keyed hash (S32) of each by_group event
 
 
 def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, groups: int, *, seq: int) -> Mapped:
@@ -539,13 +542,26 @@ def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, group
     n = ctx.table.buckets or 1
     key = ctx.table.keyed().key
     events = events.with_columns(pl.lit(seq, dtype=pl.Int32).alias(SEQ_COLUMN))
-    group = groups_of(digest_array(events[key], ctx.erasures.subject_key), n, groups)  # each event's key hashed
+    hashes = digest_array(events[key], ctx.erasures.subject_key)  # each event's key hashed
+    group = groups_of(hashes, n, groups)
     grouped = events.with_columns(pl.Series(GROUP_COLUMN, group))
     held = _erased_events(lake, grouped)  # never spilled: the spill holds no erased subject's id
     if held is not None:
-        grouped = grouped.join(held.select("line"), on="line", how="anti")
+        spilled = ~np.isin(grouped["line"].to_numpy(), held["line"].to_numpy())
+        grouped, hashes, group = grouped.filter(pl.Series(spilled)), hashes[spilled], group[spilled]
+    digests = _digests_by_group(hashes, group)
+    del hashes  # (held apart by group now: one copy at a time)
     return Mapped(by_group=_by_group(grouped), by_position=_by_group(_positions(events, groups)),
-                  held={} if held is None else _by_group(held))
+                  held={} if held is None else _by_group(held), digests=digests)
+
+
+def _digests_by_group(hashes: np.ndarray, group: np.ndarray) -> dict[int, np.ndarray]:
+    """The hashes of each group's events, in their order (as `_by_group` keeps the events')."""
+    if not len(group):
+        return {}
+    order = np.argsort(group, kind="stable")
+    present, starts = np.unique(group[order], return_index=True)
+    return {int(g): hashes[chunk] for g, chunk in zip(present, np.split(order, starts[1:]), strict=True)}
 
 
 def _by_group(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
@@ -565,6 +581,11 @@ def _erased_events(lake: LakeContext, events: pl.DataFrame) -> pl.DataFrame | No
 
 def _spill_path(spill: str, group: int, number: int, kind: str = "g") -> str:
     return os.path.join(spill, f"{kind}{group:04d}-p{number:06d}.parquet")
+
+
+def _digests_path(spill: str, group: int, number: int) -> str:
+    """The keyed hashes (32 bytes each, raw) of the events of `_spill_path(spill, group, number)`, in order."""
+    return os.path.join(spill, f"h{group:04d}-p{number:06d}.s32")
 
 
 CONTENT_COLUMN = "__content"  # in memory and in the spill only: a 64-bit hash of an event's content
@@ -738,12 +759,12 @@ class _PartsPlan(Plan):
             fold = fold_subgroups(self.lake, ctx, parent, [functools.partial(self._events, live, [g]) for g in chosen],
                                   reused=self.reused, key=cols.key, only=only, sequenced=self.sequenced)
         else:
-            events = self._events(live, chosen)
-            if events is None:
+            loaded = self._events(live, chosen)
+            if loaded is None:
                 return None, None
-            fold = fold_group(self.lake, ctx, parent, events, reused=self.reused, key=cols.key, only=only,
-                              sequenced=self.sequenced)
-            del events
+            fold = fold_group(self.lake, ctx, parent, loaded[0], reused=self.reused, key=cols.key, only=only,
+                              sequenced=self.sequenced, known=loaded[1])
+            del loaded
         run = None
         if fold.stream is not None and fold.applied.hashed_locations is not None:
             run = spilled(sorted_run(fold.applied.hashed_locations),
@@ -751,11 +772,18 @@ class _PartsPlan(Plan):
         fold.applied.hashed_locations = None
         return fold, run
 
-    def _events(self, live: list[_Part], chosen: list[int]) -> pl.DataFrame | None:
-        """Every live part's spilled events of the groups `chosen`, in source order (None: none)."""
-        frames = [pl.read_parquet(s) for g in chosen for p in live
-                  if os.path.exists(s := _spill_path(self.spill, g, p.number))]
-        return in_order(frames, several=len(chosen) > 1) if frames else None
+    def _events(self, live: list[_Part], chosen: list[int]) -> Loaded:
+        """Every live part's spilled events of the groups `chosen`, in source order, and their keys' hashes
+        by line (None: no events)."""
+        frames, hashes = [], []
+        for g, p in itertools.product(chosen, live):
+            if os.path.exists(s := _spill_path(self.spill, g, p.number)):
+                frames.append(pl.read_parquet(s))
+                hashes.append(np.fromfile(_digests_path(self.spill, g, p.number), dtype="S32"))
+        if not frames:
+            return None
+        lines = np.concatenate([f["line"].to_numpy() for f in frames])
+        return in_order(frames, several=len(chosen) > 1), KnownDigests.of(lines, np.concatenate(hashes))
 
     def before_commit(self, ctx: TableContext, staged: StagedCandidate) -> None:
         for part in self.parts:
@@ -822,17 +850,19 @@ class GroupFold:
 
 
 def fold_group(lake: LakeContext, ctx: TableContext, parent: int, events: pl.DataFrame, *, reused: pl.Series,
-               key: str, only: set[int] | None, sequenced: bool) -> GroupFold:
+               key: str, only: set[int] | None, sequenced: bool, known: KnownDigests | None = None) -> GroupFold:
     """The fold of one group, in this process or a Ray worker: every part's events of its buckets (in source
     order), `screened`, then planned on `parent` by `plan_bucketed` restricted to the group's buckets
-    (`only`; None: any), several batches (`sequenced`) each as if committed after the ones before."""
+    (`only`; None: any), several batches (`sequenced`) each as if committed after the ones before.
+    `known`: the events' keyed hashes by line (the map's; None: hashed where needed)."""
     events, rejects = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key)
-    planned = plan_bucketed(ctx, parent, events, only_buckets=only, sequence=SEQ_COLUMN if sequenced else None)
+    planned = plan_bucketed(ctx, parent, events, only_buckets=only, sequence=SEQ_COLUMN if sequenced else None,
+                            known=known)
     return _group_fold(planned, rejects)
 
 
 def fold_subgroups(lake: LakeContext, ctx: TableContext, parent: int,
-                   groups: list[Callable[[], pl.DataFrame | None]], *, reused: pl.Series, key: str, only: set[int],
+                   groups: list[Callable[[], Loaded]], *, reused: pl.Series, key: str, only: set[int],
                    sequenced: bool) -> GroupFold:
     """`fold_group` of a bucket's sub-groups (`groups`: each one's loader of its events, None for none):
     each read, `screened` and folded on its own (`fold_group_rows`), SUBGROUP_FOLDS of them at once on helper
@@ -841,12 +871,13 @@ def fold_subgroups(lake: LakeContext, ctx: TableContext, parent: int,
     sequence = SEQ_COLUMN if sequenced else None
     rejects: list[Reject] = []
 
-    def one(load: Callable[[], pl.DataFrame | None]) -> tuple[list[Reject], GroupRows]:
-        events = load()
-        if events is None:
+    def one(load: Callable[[], Loaded]) -> tuple[list[Reject], GroupRows]:
+        loaded = load()
+        if loaded is None:
             return [], ([], None, None)
+        events, known = loaded
         events, screened_out = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key)
-        return screened_out, fold_group_rows(ctx, parent, events, only_buckets=only, sequence=sequence)
+        return screened_out, fold_group_rows(ctx, parent, events, only_buckets=only, sequence=sequence, known=known)
 
     def each() -> Iterator[GroupRows]:
         with closing(in_order_ahead(one, groups, ahead=SUBGROUP_FOLDS, name="subgroup-fold")) as folds:

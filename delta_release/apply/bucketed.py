@@ -28,7 +28,18 @@ from .. import _delta, index
 from ..context import TableContext
 from ..index.keyfile import DAY, NULL_DAY
 from ..index.keys import ABSENT
-from ..stage.buckets import BUCKET_COLUMN, HASH_COLUMN, Hasher, bucket_of_path, hash_array, keyed, with_buckets
+from ..stage.buckets import (
+    BUCKET_COLUMN,
+    HASH_COLUMN,
+    Hasher,
+    KnownDigests,
+    bucket_of_path,
+    buckets_of_digests,
+    hash_array,
+    hash_series,
+    keyed,
+    with_buckets,
+)
 from ..storage import Storage
 from ..views import partition_filter
 from .fold import (
@@ -324,17 +335,19 @@ def _bucketed(rows: pl.DataFrame, key: str, n: int, hasher: Hasher) -> pl.DataFr
 
 
 Planned = tuple[ApplyPlan, list[_delta.FileEntry], Stream | None]
+LINE = "line"  # an event's line (over the sources of a fold): what `KnownDigests` knows a key's hash by
 
 
 def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int] | None = None,
-                  sequence: str | None = None) -> Planned:
+                  sequence: str | None = None, known: KnownDigests | None = None) -> Planned:
     """The batch's plan (conflicts, changed keys, locations), the parent files it replaces and the lazy
     stream of their new content. No stream: nothing to commit. `only_buckets`: every key of `events` hashes
     to one of these buckets and the parent has no untagged file (a file in parts, planned a group of
     buckets at a time: parts.py), so only those buckets' files are read. `sequence`: the column of `events`
     that numbers their batch (several batches in one plan, applied in that order as if committed one
-    after the other: `fold_in_order`)."""
-    folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
+    after the other: `fold_in_order`). `known`: the keyed hashes of `events`' keys by line, computed before
+    (a file in parts): a first load takes its winners' from there."""
+    folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence, known=known)
     if folded.rows is None:
         return folded.plan, [], None
     return _replace(ctx, Columns.of(ctx.table), folded.plan, folded.files, folded.kept, folded.rows,
@@ -346,7 +359,7 @@ GroupRows = tuple[list[Conflict], pl.DataFrame | None, Locations | None]
 
 
 def fold_group_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int],
-                    sequence: str | None = None) -> GroupRows:
+                    sequence: str | None = None, known: KnownDigests | None = None) -> GroupRows:
     """`plan_bucketed` of a group of events too large to fold with the rest of its buckets (a sub-group of
     a bucket: a file in parts, parts.py), up to the files it replaces: every key of `events` hashes to
     `only_buckets` and no other group holds it. Its conflicts, its new row of each winning key in the
@@ -355,7 +368,7 @@ def fold_group_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, onl
     column, 32 in the array). Groups hold distinct keys, so several may be folded at once (parts.py folds
     a bucket's sub-groups two at a time); `replace_groups` writes their winners together."""
     cols = Columns.of(ctx.table)
-    folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence)
+    folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence, known=known)
     if folded.rows is None:
         return folded.plan.conflicts, None, None
     rows = folded.rows
@@ -404,7 +417,7 @@ class _Folded:
 
 
 def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int] | None,
-               sequence: str | None) -> _Folded:
+               sequence: str | None, known: KnownDigests | None = None) -> _Folded:
     """`plan_bucketed` up to the files it replaces: the prior rows of the batch's keys, and the fold."""
     tdef = ctx.table
     n = tdef.buckets or 1
@@ -429,8 +442,8 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
     # (`kept`: rows of the touched days' files, usually the ones rewritten, kept for the rewrite within its budget)
     if distinct is None:
         # A first load (a table without files): no prior row or bucket to look up; the winners are hashed
-        # after the fold (`_with_keys`): hashing the keys first and joining them back cost 60-90 ms of CPU
-        # per 400k keys (a sub-group of the 20M-event backfill; 48 of them).
+        # after the fold, or looked up in `known` (`_with_keys`): hashing the keys first and joining them
+        # back cost 60-90 ms of CPU per 400k keys (a sub-group of the 20M-event backfill; 48 of them).
         found, unresolved = cols.empty(), None
     elif events.height >= PREFETCH_KEYS_PER_BUCKET * n:
         # A batch with many keys per bucket holds every bucket of its days (the chance that a bucket has
@@ -452,9 +465,9 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
             keys, found, unresolved = _keys_in_frame(cols, kept.whole, distinct, n, hasher)
         else:
             found = _rows_of_keys(ctx, cols, day_files, distinct, kept, tag_buckets=n)
-            known = found.select(key, BUCKET_COLUMN).filter(pl.col(BUCKET_COLUMN).is_not_null())
-            keys = pl.concat([keyed(distinct.join(known, on=key, how="anti")[key], n, hasher),
-                              known.select(key, pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN), BUCKET_COLUMN)])
+            tagged = found.select(key, BUCKET_COLUMN).filter(pl.col(BUCKET_COLUMN).is_not_null())
+            keys = pl.concat([keyed(distinct.join(tagged, on=key, how="anti")[key], n, hasher),
+                              tagged.select(key, pl.lit(None, dtype=pl.Binary).alias(HASH_COLUMN), BUCKET_COLUMN)])
             found = found.drop(BUCKET_COLUMN)
             unresolved = keys.join(found.select(key), on=key, how="anti")  # never found: all of them hashed above
     else:  # a small batch: its keys' buckets first, then only those buckets' files
@@ -469,12 +482,13 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
 
     if batches is not None and not unique_keys:
         folded = fold_in_order(events, batches, prior, cols)
-    else:
-        folded = fold(events, prior, cols, unique_keys=unique_keys, several=several)
+    else:  # (a first load whose keys' hashes are known: the winners keep their line, to look theirs up)
+        carried = (LINE,) if keys is None and known is not None else ()
+        folded = fold(events, prior, cols, unique_keys=unique_keys, several=several, keep=carried)
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
         return _Folded(plan, files, kept, None)
-    return _Folded(plan, files, kept, _with_keys(folded.rows, keys, key, n, hasher))
+    return _Folded(plan, files, kept, _with_keys(folded.rows, keys, key, n, hasher, known))
 
 
 def _batch_keys(events: pl.DataFrame, cols: Columns, batches: pl.Series | None, *, lookup: bool
@@ -497,11 +511,17 @@ def _batch_keys(events: pl.DataFrame, cols: Columns, batches: pl.Series | None, 
     return events, False, several, events.select(key).unique() if lookup else None
 
 
-def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame | None, key: str, n: int, hasher: Hasher) -> pl.DataFrame:
+def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame | None, key: str, n: int, hasher: Hasher,
+               known: KnownDigests | None = None) -> pl.DataFrame:
     """The fold's winners with each key's HASH_COLUMN and BUCKET_COLUMN: joined from `keys`, or (None: a
-    first load) hashed here, in the winners' order (one row per key)."""
+    first load) looked up in `known` by the winner's LINE (kept by the fold) or hashed here, in the
+    winners' order (one row per key)."""
     if keys is not None:
         return rows.join(keys, on=key, how="left")
+    if known is not None and LINE in rows.columns:
+        joined = known.lookup(rows[LINE], rows[key], hasher)
+        return rows.drop(LINE).with_columns(hash_series(joined, rows.height),
+                                            pl.Series(BUCKET_COLUMN, buckets_of_digests(joined, n)))
     hashed = keyed(rows[key], n, hasher, distinct=True)
     return rows.with_columns(hashed[HASH_COLUMN], hashed[BUCKET_COLUMN])
 

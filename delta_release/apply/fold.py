@@ -161,7 +161,7 @@ def _conflicts(bad: pl.DataFrame, cols: Columns) -> list[Conflict]:
 
 
 def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, unique_keys: bool = False,
-         several: pl.Series | None = None) -> Folded:
+         several: pl.Series | None = None, keep: tuple[str, ...] = ()) -> Folded:
     """Fold deduplicated `events` over `prior` (the current row, tombstones included, of each of their keys
     that has one; at most one per key). Batch-sized.
 
@@ -169,7 +169,8 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
     decides it (the event wins over a lower position or no row; a delete's tombstone goes to the prior
     row's partition, else to its own `event_day`; the same position with other content is a conflict).
     Keys with several events go through the sequence fold (`fold_sequence`); both give what the sequence
-    fold gives for the whole batch."""
+    fold gives for the whole batch. `keep`: columns of `events` carried into the rows after the row
+    columns (null in the rows of keys the sequence fold decides)."""
     key = cols.key
     multi: pl.DataFrame | None = None
     single = events
@@ -179,11 +180,11 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
             several = events.select(pl.col(key).is_duplicated()).to_series()
         if several.any():
             multi, single = events.filter(several), events.filter(several.not_())
-    folded = fold_joined(single.join(prior_columns(prior, cols), on=key, how="left"), cols)
+    folded = fold_joined(single.join(prior_columns(prior, cols), on=key, how="left"), cols, keep=keep)
     rows, conflicts = folded.rows, folded.conflicts
     if multi is not None:
         rest = fold_sequence(multi, prior.join(multi.select(key).unique(), on=key, how="semi"), cols)
-        rows = pl.concat([rows, rest.rows])
+        rows = pl.concat([rows, rest.rows], how="diagonal" if keep else "vertical")
         conflicts = sorted([*conflicts, *rest.conflicts], key=lambda c: c.line)
     return Folded(rows=rows, conflicts=conflicts)
 

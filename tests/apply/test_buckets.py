@@ -233,3 +233,26 @@ def test_each_events_group_holds_keys_of_its_bucket_only(hash_lake: dr.Lake, ids
         assert group % min(groups, 8) == bucket % min(groups, 8) and 0 <= group < groups
         if groups > 8:
             assert group % 8 == bucket
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=60), data=st.data())
+def test_known_digests_give_each_keys_hash_by_its_line(hash_lake: dr.Lake, ids: list[str], data: Any) -> None:
+    """A fold of a file in parts looks its winners' keyed hashes up by line (`KnownDigests`, the map's
+    hashes) instead of hashing them again: lines in any order; a line it does not know, or none (a key the
+    sequence fold decided), is hashed then. Every answer is the ledger's hash of the key."""
+    import numpy as np
+
+    from delta_release.stage.buckets import KnownDigests, digest_array
+
+    hasher = hash_lake.erasures.subject_key
+    lines = data.draw(st.permutations(range(10, 10 + 3 * len(ids), 3)))
+    known = KnownDigests.of(np.array(lines, dtype=np.int64), digest_array(pl.Series(ids, dtype=pl.String), hasher))
+    asked = data.draw(st.lists(st.integers(0, len(ids) - 1), max_size=40))
+    other = data.draw(st.lists(st.tuples(st.sampled_from([None, 0, 11, 10_000]), st.text(max_size=8)), max_size=6))
+    at = [lines[i] for i in asked] + [line for line, _ in other]
+    keys = [ids[i] for i in asked] + [key for _, key in other]
+    got = known.lookup(pl.Series(at, dtype=pl.Int64), pl.Series(keys, dtype=pl.String), hasher)
+    assert [got[32 * i:32 * i + 32].hex() for i in range(len(keys))] == [hasher(k) for k in keys]
+    with pytest.raises(ValueError, match="hashes for"):
+        KnownDigests.of(np.array(lines[:-1], dtype=np.int64), known.digests)

@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -976,3 +977,52 @@ def test_reused_in_names_the_lines_whose_position_an_earlier_line_of_its_batch_h
         if c != first:
             expected.append(i + 1)
     assert sorted(parts_mod.reused_in(frames).to_list()) == expected
+
+
+@pytest.mark.parametrize("group_limit", [None, "1024"])
+def test_a_first_load_in_parts_takes_its_winners_hashes_from_the_map(tmp_path: Path, group_limit: str | None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The map of a file in parts hashes every event's key and spills the hashes beside the events; a first
+    load's fold (groups of whole buckets, or a bucket's sub-groups) looks its winners' hashes up there by
+    line (`KnownDigests`) instead of hashing them again. The files, their bucket tags and the key index
+    locations equal those of the same file ingested in one part (same secret), which hashes the winners:
+    repeats, deletes, conflicts and keys the sequence fold decides included."""
+    from delta_release import index
+    from delta_release.stage.buckets import KnownDigests
+    from tests.apply.conftest import keys_of, orders_files
+
+    events = order_history(7, 200) + [up(f"o{i}", 1000 + i, day=40 + i % 7) for i in range(500)]
+    random.Random(7).shuffle(events)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events))
+    one = dr.Lake.create(tmp_path / "one")
+    shutil.copytree(tmp_path / "one", tmp_path / "parts")
+    one.ingest(path)
+    looked: list[tuple[int, int]] = []  # (winners, of them with a line: looked up, not hashed)
+    lookup = KnownDigests.lookup
+
+    def counted(self: KnownDigests, lines: pl.Series, keys: pl.Series, hasher: Any) -> bytes:
+        looked.append((lines.len(), lines.len() - lines.null_count()))
+        return lookup(self, lines, keys, hasher)
+
+    monkeypatch.setattr(KnownDigests, "lookup", counted)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    if group_limit is not None:
+        monkeypatch.setenv(ENV_MAX_GROUP, group_limit)
+    lake = dr.Lake.open(tmp_path / "parts")
+    report = lake.ingest(path)
+    winners = lake.scan("orders", include_tombstones=True).collect().height  # a first load: every row won
+    assert len(report.parts) > 5 and sum(w for w, _ in looked) == winners
+    assert sum(k for _, k in looked) >= 500  # the orders of one event each
+    n = lake.table_def("orders").buckets
+    keys = sorted({e["order_id"] for e in events})
+
+    def layout(at: dr.Lake) -> tuple[dict[tuple[str, int | None], list[str]], dict[str, int | None]]:
+        files = {(e.path.split("/")[0], bucket_of_path(e.path, n)): sorted(keys_of(at, e.path))
+                 for e in orders_files(at)}
+        found = index.key_index(at.table("orders"))
+        assert found is not None
+        return files, found.locate(keys, upto=at.latest_version("orders") or 0)
+
+    assert layout(lake) == layout(one) and rows(lake) == rows(one)
+    assert assert_tags_hold(lake) == 0
