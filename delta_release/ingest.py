@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from . import _delta, index
@@ -24,6 +25,7 @@ from .evidence import DEFERRED, IMMEDIATE, CommitEvidence
 from .faults import crash_point
 from .maintenance import upkeep
 from .raw.background import RawCopy
+from .stage.buckets import KnownDigests
 from .tables import DEFAULT_TABLE
 
 
@@ -81,18 +83,29 @@ def _erasure_filter(lake: LakeContext, decoded: DecodedBatch) -> tuple[pl.DataFr
     return erasure_filter(lake, decoded.events)
 
 
-def erasure_filter(lake: LakeContext, events: pl.DataFrame) -> tuple[pl.DataFrame, list[Reject]]:
-    """`events` without those of erased subjects, and a reject (by its `line`) for each of them."""
+def erasure_filter(lake: LakeContext, events: pl.DataFrame, *, known: KnownDigests | None = None
+                   ) -> tuple[pl.DataFrame, list[Reject]]:
+    """`events` without those of erased subjects, and a reject (by its `line`) for each of them. `known`:
+    the keyed hashes of the events' keys by line, computed before (a file in parts: its map's), looked up
+    instead of hashing every key again (a lake with one erasure paid 35% more for a 5M-event file)."""
     erased = lake.erasures.erased_subjects()
     if not erased or events.height == 0:
         return events, []
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
-    keys = events[key].unique()
-    raw, erased_raw = lake.erasures.subject_digests(keys), {bytes.fromhex(s) for s in erased if len(s) == 64}
-    blocked = [k for i, k in enumerate(keys.to_list()) if raw[32 * i:32 * i + 32] in erased_raw]
-    if not blocked:
-        return events, []
-    mask = pl.col(key).is_in(blocked)
+    erased_raw = {bytes.fromhex(s) for s in erased if len(s) == 64}
+    if known is not None:
+        hashes = np.frombuffer(known.lookup(events["line"], events[key], lake.erasures.subject_key), dtype="S32")
+        hit = pl.Series(np.isin(hashes, np.array(sorted(erased_raw), dtype="S32")))
+        if not hit.any():
+            return events, []
+        mask: pl.Series | pl.Expr = hit
+    else:
+        keys = events[key].unique()
+        raw = lake.erasures.subject_digests(keys)
+        blocked = [k for i, k in enumerate(keys.to_list()) if raw[32 * i:32 * i + 32] in erased_raw]
+        if not blocked:
+            return events, []
+        mask = pl.col(key).is_in(blocked)
     rejects = [Reject(line=int(line), reason=Reason.ERASED_SUBJECT, detail="the subject of this event is erased",
                       raw=None, order_id=oid)
                for oid, line in events.filter(mask).select(key, "line").iter_rows()]

@@ -545,7 +545,8 @@ def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, group
     hashes = digest_array(events[key], ctx.erasures.subject_key)  # each event's key hashed
     group = groups_of(hashes, n, groups)
     grouped = events.with_columns(pl.Series(GROUP_COLUMN, group))
-    held = _erased_events(lake, grouped)  # never spilled: the spill holds no erased subject's id
+    held = _erased_events(lake, grouped, KnownDigests.of(grouped["line"].to_numpy(), hashes))  # never spilled:
+    # the spill holds no erased subject's id
     if held is not None:
         spilled = ~np.isin(grouped["line"].to_numpy(), held["line"].to_numpy())
         grouped, hashes, group = grouped.filter(pl.Series(spilled)), hashes[spilled], group[spilled]
@@ -568,11 +569,11 @@ def _by_group(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
     return {int(g): f.drop(GROUP_COLUMN) for (g,), f in frame.partition_by(GROUP_COLUMN, as_dict=True).items()}
 
 
-def _erased_events(lake: LakeContext, events: pl.DataFrame) -> pl.DataFrame | None:
+def _erased_events(lake: LakeContext, events: pl.DataFrame, known: KnownDigests) -> pl.DataFrame | None:
     """The events of erased subjects (None: none), held in memory instead of spilled: a spill left by a
     killed ingest is in the lake's temp folder until the next writer sweeps it, and no file we write
     after an erasure holds the subject's id (I4). The plan screens them (`screened`) as the fold does."""
-    _, blocked = erasure_filter(lake, events)
+    _, blocked = erasure_filter(lake, events, known=known)
     if not blocked:
         return None
     return events.filter(pl.col("line").is_in(pl.Series([r.line for r in blocked], dtype=events["line"].dtype)
@@ -855,7 +856,7 @@ def fold_group(lake: LakeContext, ctx: TableContext, parent: int, events: pl.Dat
     order), `screened`, then planned on `parent` by `plan_bucketed` restricted to the group's buckets
     (`only`; None: any), several batches (`sequenced`) each as if committed after the ones before.
     `known`: the events' keyed hashes by line (the map's; None: hashed where needed)."""
-    events, rejects = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key)
+    events, rejects = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key, known)
     planned = plan_bucketed(ctx, parent, events, only_buckets=only, sequence=SEQ_COLUMN if sequenced else None,
                             known=known)
     return _group_fold(planned, rejects)
@@ -876,7 +877,7 @@ def fold_subgroups(lake: LakeContext, ctx: TableContext, parent: int,
         if loaded is None:
             return [], ([], None, None)
         events, known = loaded
-        events, screened_out = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key)
+        events, screened_out = screened(lake, events if sequenced else events.drop(SEQ_COLUMN), reused, key, known)
         return screened_out, fold_group_rows(ctx, parent, events, only_buckets=only, sequence=sequence, known=known)
 
     def each() -> Iterator[GroupRows]:
@@ -895,11 +896,13 @@ def _group_fold(planned: Planned, rejects: list[Reject]) -> GroupFold:
     return GroupFold(applied=applied, removes=removes, stream=stream, rejects=[*rejects, *conflicts])
 
 
-def screened(lake: LakeContext, events: pl.DataFrame, reused: pl.Series, key: str) -> tuple[pl.DataFrame, list[Reject]]:
+def screened(lake: LakeContext, events: pl.DataFrame, reused: pl.Series, key: str, known: KnownDigests | None = None
+             ) -> tuple[pl.DataFrame, list[Reject]]:
     """`events` without those at `reused` lines (a position an earlier line of the batch holds with other
-    content) and without erased subjects' (`erasure_filter`), and a reject for each one left out."""
+    content) and without erased subjects' (`erasure_filter`; `known`: their keys' hashes by line, the
+    map's), and a reject for each one left out."""
     events, repeats = _without_lines(events, reused, key)
-    events, blocked = erasure_filter(lake, events)
+    events, blocked = erasure_filter(lake, events, known=known)
     return events, [*blocked, *(Reject(line=c.line, reason=Reason.POSITION_CONFLICT, detail=c.detail, raw=None,
                                        order_id=c.order_id) for c in repeats)]
 

@@ -1026,3 +1026,25 @@ def test_a_first_load_in_parts_takes_its_winners_hashes_from_the_map(tmp_path: P
 
     assert layout(lake) == layout(one) and rows(lake) == rows(one)
     assert assert_tags_hold(lake) == 0
+
+
+def test_the_erasure_filter_with_the_maps_hashes_blocks_what_hashing_blocks(tmp_path: Path) -> None:
+    """A file in parts screens erased subjects with the keyed hashes its map computed (`known`, by line)
+    rather than hashing every key again: the same events kept, the same rejects, a line the hashes do not
+    cover hashed then."""
+    from delta_release.ingest import erasure_filter
+    from delta_release.stage.buckets import KnownDigests, digest_array
+
+    lake = dr.Lake.create(tmp_path / "lake")
+    lake.erase("o3", force=True)
+    lake.erase("o8", force=True)
+    events = decode_batch(jsonl([up(f"o{i % 10}", i, day=1 + i % 5) for i in range(1, 60)])).events
+    events = events.with_columns(pl.col("line") * 2)  # lines over the sources need not be 1..n
+    hashes = digest_array(events["order_id"], lake.erasures.subject_key)
+    partial = KnownDigests.of(events["line"].to_numpy()[5:], hashes[5:])  # the first five hashed then
+    plain = erasure_filter(lake, events)
+    assert len(plain[1]) == 12 and {r.order_id for r in plain[1]} == {"o3", "o8"}
+    for known in (KnownDigests.of(events["line"].to_numpy(), hashes), partial):
+        kept, rejects = erasure_filter(lake, events, known=known)
+        assert kept.equals(plain[0]) and rejects == plain[1]
+    assert erasure_filter(dr.Lake.create(tmp_path / "none"), events, known=partial)[0].equals(events)
