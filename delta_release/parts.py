@@ -76,6 +76,7 @@ from .faults import crash_point
 from .index.keyfile import sorted_run, spilled
 from .ingest import IngestReport, _already_applied, applied_batches, erasure_filter, ingest_batch
 from .maintenance import upkeep
+from .raw import RawStore
 from .raw.background import RawCopy
 from .stage.buckets import KnownDigests, bucket_of_path, digest_array, groups_of
 from .storage import local_spill_root, temp_name
@@ -113,7 +114,7 @@ def ingest_file(lake: LakeContext, path: str | os.PathLike[str], *, table: str =
     use_system_arrow_pool()  # (a lake opened by other means than Lake.open)
     ranges = part_ranges(path, max_part_bytes(max_part)) if os.path.isfile(path) else [(0, -1)]
     if len(ranges) == 1:
-        return ingest_batch(lake, read_batch_file(path), table=table, publish=publish)
+        return ingest_batch(lake, read_batch_file(path, tee=lake.raw.tee()), table=table, publish=publish)
     buckets = lake.table(table).table.buckets
     runner = in_parts if in_parts is not None and buckets else ingest_parts_once
     sources = file_sources(path, ranges)
@@ -265,7 +266,7 @@ class Source:
     by its sha256 (`raw`), not by a loader: read from the raw store of the lake that loads it (`read`), so
     the source is picklable and a Ray worker reads it from its own opening of the lake."""
 
-    load: Callable[[str], FileBatch | BytesBatch] | None = None
+    load: Callable[[str, RawStore | None], FileBatch | BytesBatch] | None = None
     batch: int = 0
     size: int = 0  # bytes, for the progress bar
     keep_raw: bool = True
@@ -276,7 +277,7 @@ class Source:
         if self.raw is not None:
             return _raw_batch(lake, self.raw, spill)
         assert self.load is not None
-        return self.load(spill)
+        return self.load(spill, lake.raw if self.keep_raw else None)
 
 
 def file_sources(path: str | os.PathLike[str], ranges: list[tuple[int, int]], *, batch: int = 0) -> list[Source]:
@@ -285,13 +286,14 @@ def file_sources(path: str | os.PathLike[str], ranges: list[tuple[int, int]], *,
             for offset, size in ranges]
 
 
-def _file_part(path: str | os.PathLike[str], offset: int, size: int, _spill: str) -> FileBatch:
-    return read_batch_file(path, offset=offset, length=size)
+def _file_part(path: str | os.PathLike[str], offset: int, size: int, _spill: str, raw: RawStore | None) -> FileBatch:
+    """A part of a file, copied for the raw store as it is read (`RawTee`) when the store is given."""
+    return read_batch_file(path, offset=offset, length=size, tee=None if raw is None else raw.tee())
 
 
 def bytes_source(data: bytes, *, batch: int = 0) -> Source:
     """A batch given as bytes (decoded in memory)."""
-    return Source(load=lambda _spill: as_batch(data), batch=batch, size=len(data))
+    return Source(load=lambda _spill, _raw: as_batch(data), batch=batch, size=len(data))
 
 
 def raw_sources(shas: list[str]) -> list[Source]:

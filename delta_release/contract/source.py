@@ -3,8 +3,10 @@
 `read_batch_file(path)` reads the file once, in bounded chunks, hashing (on a thread, one block behind at
 most) and decoding as it goes: memory is about two chunks (16 MiB each) plus the line limit plus the
 decoded events, never the whole file.
-`store(raw)` then copies the file into the raw store block by block (`RawStore.put_file`), checking its
-sha256 again. `BytesBatch` gives a batch already in memory the same interface.
+`store(raw)` then keeps it in the raw store (`RawStore.put_file`): given the store's `RawTee` (`tee=`),
+the read writes each block to it as it is hashed and the store links that copy in, so the batch is read
+and hashed once; without one (or if its write failed) the store copies the file block by block, checking
+its sha256 again. `BytesBatch` gives a batch already in memory the same interface.
 
 A `FileBatch` is a byte range of a file (`offset`, `size`; the whole file by default): a file larger than
 the part limit is received as several of them (contract/parts.py), each its own batch whose bytes, id,
@@ -68,12 +70,15 @@ class _RangeReader:
 
 
 class _HashingReader:
-    """A binary reader that hashes and counts what passes through it. The hashing runs on a thread of its
-    own (hashlib releases the GIL on large blocks) while the decoder works on the block, one block at a
-    time: `sha256()` waits for the last. Use as a context manager (the thread ends on leaving)."""
+    """A binary reader that hashes and counts what passes through it, and hands each block after hashing it
+    to `tee` (its `write`; the raw store's read-time copy, raw/store.py `RawTee`), if any. The hashing runs
+    on a thread of its own (hashlib and the write release the GIL on large blocks) while the decoder works
+    on the block, one block at a time: `sha256()` waits for the last. Use as a context manager (the thread
+    ends on leaving)."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, tee: Any = None) -> None:
         self._handle = handle
+        self._tee = tee
         self._digest = hashlib.sha256()
         self._hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-sha256")
         self._last: Future[None] | None = None
@@ -91,9 +96,14 @@ class _HashingReader:
             progress.advance(len(block), during=READ_PHASE)  # a running `progress.work`'s bar, by bytes read
             if self._last is not None:  # one block in flight: memory stays bounded when reading outruns hashing
                 self._last.result()
-            self._last = self._hashing.submit(self._digest.update, block)
+            self._last = self._hashing.submit(self._consume, block)
         self.size += len(block)
         return block
+
+    def _consume(self, block: bytes) -> None:
+        self._digest.update(block)
+        if self._tee is not None:
+            self._tee.write(block)
 
     def sha256(self) -> str:
         if self._last is not None:
@@ -113,6 +123,7 @@ class FileBatch:
     size: int  # bytes of the batch (its range of the file)
     decoded: DecodedBatch
     offset: int = 0  # where the batch starts in the file
+    tee: Any = None  # the raw store's copy made while the batch was read (`read_batch_file`), or None
 
     @property
     def batch_id(self) -> str:
@@ -131,7 +142,7 @@ class FileBatch:
     def store(self, raw: RawStore, *, received: datetime) -> tuple[RawBatch, bool]:
         return raw.put_file(self.path, sha256=self.sha256, extracted=self.decoded.extracted,
                             schema_versions=self.decoded.schema_versions, received=received,
-                            offset=self.offset, length=self.size)
+                            offset=self.offset, length=self.size, tee=self.tee)
 
 
 @dataclass(slots=True)
@@ -152,11 +163,20 @@ class BytesBatch:
 
 
 def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None = None, offset: int = 0,
-                    length: int | None = None) -> FileBatch:
+                    length: int | None = None, tee: Any = None) -> FileBatch:
     """Hash and decode a batch file in one streaming pass: the whole file, or the `length` bytes at
-    `offset` (a part, contract/parts.py: a batch of its own). A missing path or a directory is an
-    InputError."""
-    p = Path(path)
+    `offset` (a part, contract/parts.py: a batch of its own). `tee`: what each block is written to as it
+    is hashed (the raw store's `RawTee`, carried by the batch to `store`; discarded if the read fails). A
+    missing path or a directory is an InputError."""
+    try:
+        return _read_batch_file(Path(path), max_line_bytes=max_line_bytes, offset=offset, length=length, tee=tee)
+    except BaseException:
+        if tee is not None:
+            tee.discard()
+        raise
+
+
+def _read_batch_file(p: Path, *, max_line_bytes: int | None, offset: int, length: int | None, tee: Any) -> FileBatch:
     if not p.is_file():
         raise InputError(f"batch file not found: {p}", path=str(p))
     try:
@@ -165,7 +185,7 @@ def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None 
         progress.phase(READ_PHASE)
         with open(p, "rb") as handle:
             handle.seek(offset)
-            with _HashingReader(_RangeReader(handle, length)) as reader:
+            with _HashingReader(_RangeReader(handle, length), tee) as reader:
 
                 def reread(start: int, n: int) -> bytes:
                     with open(p, "rb") as again:
@@ -176,7 +196,7 @@ def read_batch_file(path: str | os.PathLike[str], *, max_line_bytes: int | None 
                 sha256 = reader.sha256()
     except OSError as exc:
         raise InputError(f"cannot read batch file {p}: {exc.strerror or exc}", path=str(p)) from None
-    return FileBatch(path=p, sha256=sha256, size=reader.size, decoded=decoded, offset=offset)
+    return FileBatch(path=p, sha256=sha256, size=reader.size, decoded=decoded, offset=offset, tee=tee)
 
 
 def as_batch(source: bytes | FileBatch | BytesBatch) -> FileBatch | BytesBatch:

@@ -1,6 +1,7 @@
 """The raw copy of a batch on a thread, while the plan reads the parent and folds.
 
-Keeping the raw batch (read the file again, hash it again, write it, fsync) is I/O and hashing that
+Keeping the raw batch (fsync the copy written while the batch was read, `store.RawTee`, and link it; or,
+without that copy, read the file again, hash it again, write it, fsync) is I/O and hashing that
 release the GIL, and the plan's first steps (the keyed hashes, the fold) hold it: on two cores they
 overlap. The plan waits for the copy (`kept`) once it has decided what to write and before anything is
 staged, so every guarantee of the sequential order holds: the raw batch is kept before any file of the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -70,12 +71,25 @@ class RawStore:
         return record, created
 
     def put_file(self, path: str | os.PathLike[str], *, sha256: str, extracted: int, schema_versions: list[int],
-                 received: datetime, offset: int = 0, length: int | None = None) -> tuple[RawBatch, bool]:
+                 received: datetime, offset: int = 0, length: int | None = None,
+                 tee: RawTee | None = None) -> tuple[RawBatch, bool]:
         """Store a batch file if new, streaming it (see `_put_file`): the whole file, or the `length` bytes
-        at `offset` (one part of a file received in parts), stored byte-identical to that slice. Returns
-        its record and whether this call stored it."""
-        return _put_file(self, path, sha256=sha256, extracted=extracted, schema_versions=schema_versions,
-                         received=received, offset=offset, length=length)
+        at `offset` (one part of a file received in parts), stored byte-identical to that slice; `tee`: the
+        copy made while the batch was read and hashed, linked in instead of copying again. Returns its
+        record and whether this call stored it."""
+        try:
+            return _put_file(self, path, sha256=sha256, extracted=extracted, schema_versions=schema_versions,
+                             received=received, offset=offset, length=length, tee=tee)
+        finally:
+            if tee is not None:
+                tee.discard()
+
+    def tee(self) -> RawTee | None:
+        """A temp file on the raw store's filesystem for the copy of a batch made while it is read
+        (`RawTee`); None on an object store (the batch is uploaded from the file)."""
+        if not self._storage.is_local:
+            return None
+        return RawTee(self._storage.temp_path(str(self._storage.local_path(PREFIX))))
 
     def _sha_for(self, batch_id: str) -> str:
         for obj in self._storage.list(PREFIX, recursive=False):
@@ -119,6 +133,72 @@ class RawStore:
 COPY_BLOCK = 8 << 20
 
 
+class RawTee:
+    """The copy of a batch's bytes made while they are read and hashed (`read_batch_file(..., tee=)`: each
+    block written after it is hashed), so the store links this file in (`put_file(..., tee=)`) instead of
+    reading the batch again, hashing it again and writing it: every input byte is read and hashed once,
+    and the stored bytes are the ones hashed, by construction. A temp file in `_tmp` (host and pid in its
+    name: the next writer sweeps it if we die), removed when the store is done with it or when the tee is
+    dropped unused. A write that fails (a full disk) only makes it unusable: the store then copies the
+    batch as before, and reports that copy's error."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.size = 0
+        self._handle: Any = open(path, "wb")  # noqa: SIM115 - closed by close/discard or the finalizer
+        self._failed = False
+        self._gone = weakref.finalize(self, _remove_tee, self._handle, path)
+
+    def write(self, block: bytes | memoryview) -> None:
+        if self._failed:
+            return
+        try:
+            self._handle.write(block)
+            self.size += len(block)
+        except OSError:
+            self._failed = True
+
+    def durable(self, size: int) -> bool:
+        """Flush and fsync the copy; False (unusable) when a write failed or it does not hold `size` bytes."""
+        if self._failed or self.size != size:
+            return False
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def discard(self) -> None:
+        self._gone()
+
+
+def _remove_tee(handle: Any, path: str) -> None:
+    try:
+        handle.close()
+    except OSError:
+        pass
+    Path(path).unlink(missing_ok=True)
+
+
+def _link_tee(storage: Storage, tee: RawTee, final: Path, *, size: int) -> bool | None:
+    """Hard-link the read-time copy (`RawTee`) to `final` once it is durable (write-once: False when another
+    writer stored the same name first); None when it cannot serve (a failed write, another filesystem):
+    the caller copies the batch."""
+    if not tee.durable(size):
+        return None
+    crash_point("storage.after_temp:_raw")
+    try:
+        os.link(tee.path, final)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if storage.cross_device(exc, str(final.parent)):
+            return None
+        raise
+
+
 def _link_copy(storage: Storage, path: str | os.PathLike[str], final: Path, *, offset: int, size: int,
                sha256: str, retry: bool = True) -> bool:
     """Copy the batch into a temp file on `final`'s filesystem, fsync it, check its hash and hard-link it
@@ -148,7 +228,7 @@ def _link_copy(storage: Storage, path: str | os.PathLike[str], final: Path, *, o
 
 def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, extracted: int,
               schema_versions: list[int], received: datetime, offset: int = 0,
-              length: int | None = None) -> tuple[RawBatch, bool]:
+              length: int | None = None, tee: RawTee | None = None) -> tuple[RawBatch, bool]:
     """`RawStore.put_file`: copy a batch file (or its byte range `offset`, `length`) into the store in
     blocks (memory: one block), under the sha256 the caller computed while decoding; the copy is hashed
     again, so a file that changed in between is refused rather than stored under the wrong name."""
@@ -160,7 +240,9 @@ def _put_file(store: RawStore, path: str | os.PathLike[str], *, sha256: str, ext
     elif storage.is_local:
         final = storage.local_path(rel)
         final.parent.mkdir(parents=True, exist_ok=True)
-        created = _link_copy(storage, path, final, offset=offset, size=size, sha256=sha256)
+        linked = None if tee is None else _link_tee(storage, tee, final, size=size)
+        created = linked if linked is not None else _link_copy(storage, path, final, offset=offset, size=size,
+                                                               sha256=sha256)
     else:
         with open(path, "rb") as src, storage.fs.open_output_stream(storage.uri(rel).removeprefix("s3://")) as out:
             src.seek(offset)

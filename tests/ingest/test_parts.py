@@ -796,7 +796,7 @@ def test_sources_are_read_one_ahead_in_order_and_a_failed_read_is_raised_at_its_
     threads: set[int] = set()
 
     def loader(i: int) -> Any:
-        def load(_spill: str) -> Any:
+        def load(_spill: str, _raw: Any) -> Any:
             started.append(i)
             threads.add(threading.get_ident())
             if i == 3:
@@ -804,7 +804,7 @@ def test_sources_are_read_one_ahead_in_order_and_a_failed_read_is_raised_at_its_
             return f"batch-{i}"
         return load
 
-    sources = [parts_mod.Source(load=loader(i), size=1) for i in range(5)]
+    sources = [parts_mod.Source(load=loader(i), size=1, keep_raw=False) for i in range(5)]  # (no raw store)
     got: list[Any] = []
     reader = parts_mod.read_ahead(None, sources, str(tmp_path))  # type: ignore[arg-type]  # a loader needs no lake
     with pytest.raises(OSError, match="source 3"):

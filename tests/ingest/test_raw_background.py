@@ -101,3 +101,87 @@ def test_the_raw_copy_copies_and_hashes_every_block_and_a_short_file_shows_in_th
         out = io.BytesIO()
         digest = store._copy(f, out, 150, reuse=reuse)
     assert out.getvalue() == data and digest == hashlib.sha256(data).hexdigest()
+
+
+def _temp_files(root: Path) -> list[Path]:
+    return [p for p in (root / "_tmp").rglob("*") if p.is_file()] if (root / "_tmp").exists() else []
+
+
+def test_a_batch_is_stored_from_the_copy_made_while_it_was_read(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raw store keeps the copy written as the batch was read and hashed (`RawTee`) instead of reading,
+    hashing and writing the file again: a whole file and a file in parts are stored byte-identical with
+    no second copy and no temp file left; the same file again (duplicates) leaves no temp file either."""
+    from delta_release.contract.parts import ENV_MAX_PART, part_ranges
+    from delta_release.raw import store
+
+    copies: list[int] = []
+    real_copy = store._link_copy
+
+    def counted(*a, **kw):  # type: ignore[no-untyped-def]
+        copies.append(1)
+        return real_copy(*a, **kw)
+
+    monkeypatch.setattr(store, "_link_copy", counted)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    whole = _batch(tmp_path / "b1.jsonl", 1)
+    report = lake.ingest(whole)
+    assert lake.raw.read(report.batch_id) == whole.read_bytes() and copies == []
+    monkeypatch.setenv(ENV_MAX_PART, "4096")
+    big = _batch(tmp_path / "b2.jsonl", 5000)
+    parted = lake.ingest(big)
+    data = big.read_bytes()
+    assert len(parted.parts) > 3 and copies == []
+    for part, (offset, size) in zip(parted.parts, part_ranges(big, 4096), strict=True):
+        assert lake.raw.read(part["batch_id"]) == data[offset:offset + size]
+    assert lake.ingest(big).duplicate
+    monkeypatch.delenv(ENV_MAX_PART)
+    assert lake.ingest(whole).duplicate
+    assert copies == [] and _temp_files(root) == []
+
+
+def test_a_copy_that_fails_while_read_leaves_the_store_to_copy_the_file(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of the read-time copy that fails (a full disk) does not fail the read: the store copies the
+    file as before (checking its hash), and the broken copy's temp file is removed; a read that fails
+    removes its copy at once."""
+    import errno
+
+    from delta_release.contract.source import read_batch_file
+    from delta_release.raw import store
+
+    class Full:
+        def __init__(self, handle):  # type: ignore[no-untyped-def]
+            self.handle, self.writes = handle, 0
+
+        def write(self, block):  # type: ignore[no-untyped-def]
+            self.writes += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(self.handle, name)
+
+    tees: list[store.RawTee] = []
+    real_tee = RawStore.tee
+
+    def failing(self: RawStore) -> store.RawTee | None:
+        tee = real_tee(self)
+        assert tee is not None
+        tee._handle = Full(tee._handle)
+        tees.append(tee)
+        return tee
+
+    monkeypatch.setattr(RawStore, "tee", failing)
+    root = tmp_path / "lake"
+    lake = dr.Lake.create(root)
+    path = _batch(tmp_path / "b1.jsonl", 1)
+    report = lake.ingest(path)
+    assert lake.raw.read(report.batch_id) == path.read_bytes()
+    assert len(tees) == 1 and tees[0]._handle.writes == 1 and not Path(tees[0].path).exists()
+    assert _temp_files(root) == []
+    tee = real_tee(lake.raw)
+    assert tee is not None and Path(tee.path).exists()
+    with pytest.raises(InputError, match="not found"):
+        read_batch_file(tmp_path / "missing.jsonl", tee=tee)
+    assert not Path(tee.path).exists()
