@@ -13,13 +13,14 @@ groups hold at most `max_group_bytes()` of input each (64 MiB, `DELTA_RELEASE_MA
 `group_count`), so memory stays bounded: past buckets x that (512 MiB on `orders`) each bucket is split in
 sub-groups, folded two at a time (`fold_subgroups`), whose winners replace the bucket's files together
 (`replace_groups`), and the key index locations of each are spilled sorted and merged by range at the
-commit. The same-position check runs over all parts (a group of positions at a time), so the counts,
+commit. The same-position check runs over all parts whose ranges of positions overlap (a group of
+positions at a time; a file whose positions rise part after part has none to check), so the counts,
 quarantine and table equal those of ingesting the file at once. (On Ray, whose reduce tasks stage whole
 buckets, a file past buckets x the group limit is folded in several folds (`folds_of`), each its own
 deferred commit, published once after the last; a position a later fold reuses with other content is judged
 as between batches.)
 A stale parent rebuilds the plan from the spill. The map of a source (`map_events`: its events by
-group of buckets, its positions by group, its erased subjects' events held apart), the same-position
+group of buckets, its positions by group (for Ray), its erased subjects' events held apart), the same-position
 check of a group (`reused_in`) and the fold of a group (`fold_group`) are functions of their own:
 `distributed/` runs them as Ray tasks (`--executor ray`), the driver holding the erased subjects' events.
 
@@ -329,6 +330,7 @@ class _Part:
     accepted: int  # accepted by the decoder (before the erasure filter and the position checks)
     repeat: bool = False  # the same bytes as an earlier source: applied once, as that one
     held: dict[int, pl.DataFrame] = field(default_factory=dict)  # group -> erased subjects' events (`_erased_events`)
+    span: tuple[int, int] | None = None  # the least and greatest position of its events (None: none, or a repeat)
     duplicate: bool = False
     rejects: list[Reject] = field(default_factory=list)  # the plan's: erased subjects, position conflicts
 
@@ -453,6 +455,7 @@ def _spill_read(lake: LakeContext, ctx: TableContext, sources: list[Source],
             if not part.repeat:
                 part.held = _spill_events(lake, ctx, batch.decoded.events.with_columns(
                     pl.col("line") + (part.first_line - 1)), spill, groups, number, seq=source.batch)
+                part.span = _span(batch.decoded.events["position"])
         parts.append(part)
         decoded = batch.decoded
         decoded.events = decoded.events.clear()  # spilled: only the rejects stay on the heap
@@ -516,13 +519,15 @@ def _spill_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, sp
     """Write one source's events (lines numbered over every source) by group of buckets, and their
     positions by group of positions (`map_events`); returns the erased subjects' events by group (held,
     not spilled)."""
-    mapped = map_events(lake, ctx, events, groups, seq=seq)
+    mapped = map_events(lake, ctx, events, groups, seq=seq, positions=False)
     for g, frame in mapped.by_group.items():
         frame.write_parquet(_spill_path(spill, g, number), compression=SPILL_COMPRESSION)
         mapped.digests[g].tofile(_digests_path(spill, g, number))
-    for g, frame in mapped.by_position.items():
-        frame.write_parquet(_spill_path(spill, g, number, "q"), compression=SPILL_COMPRESSION)
     return mapped.held
+
+
+def _span(positions: pl.Series) -> tuple[int, int] | None:
+    return None if positions.is_empty() else (int(positions.min()), int(positions.max()))  # type: ignore[arg-type]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -537,10 +542,13 @@ class Mapped:
     digests: dict[int, np.ndarray] = field(default_factory=dict)  # the keyed hash (S32) of each by_group event
 
 
-def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, groups: int, *, seq: int) -> Mapped:
+def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, groups: int, *, seq: int,
+               positions: bool = True) -> Mapped:
     """The map of one source's decoded events (`events`, lines as the caller numbers them), tagged with its
     batch number `seq` (SEQ_COLUMN): split into `groups` groups of the table's buckets (by the keyed hash
-    of its key: `buckets.groups_of`) and as many groups of positions. Groups without events are absent."""
+    of its key: `buckets.groups_of`) and, with `positions`, as many groups of positions (the local
+    ingest makes those later, and only for parts whose positions overlap: `_reused_positions`). Groups
+    without events are absent."""
     n = ctx.table.buckets or 1
     key = ctx.table.keyed().key
     events = events.with_columns(pl.lit(seq, dtype=pl.Int32).alias(SEQ_COLUMN))
@@ -554,7 +562,7 @@ def map_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, group
         grouped, hashes, group = grouped.filter(pl.Series(spilled)), hashes[spilled], group[spilled]
     digests = _digests_by_group(hashes, group)
     del hashes  # (held apart by group now: one copy at a time)
-    return Mapped(by_group=_by_group(grouped), by_position=_by_group(_positions(events, groups)),
+    return Mapped(by_group=_by_group(grouped), by_position=_by_group(_positions(events, groups)) if positions else {},
                   held={} if held is None else _by_group(held), digests=digests)
 
 
@@ -604,14 +612,42 @@ def _positions(events: pl.DataFrame, groups: int) -> pl.DataFrame:
 def _reused_positions(spill: str, parts: list[_Part], groups: int) -> pl.Series:
     """The lines whose position an earlier line of another part of the same batch holds with other content:
     what the one-part ingest's batch-wide check (`differing_repeats`: the first line of a position stands)
-    rejects beyond each part's own check. A group of positions at a time (28 bytes an event): every line of
-    a position is in the same group."""
+    rejects beyond each part's own check. Only parts whose ranges of positions overlap (`overlapping`) can
+    share a position: none for a file whose positions rise part after part (the 20M-event file: its map
+    no longer splits and writes every event's position, content hash and line, 328 MB, and reads them
+    back, 47.8-50.4 s instead of 55.4-56.5). Those parts' positions are split by group of positions from
+    their spilled events (`_spill_positions`) and checked a group at a time (28 bytes an event): every
+    line of a position is in the same group."""
     bad: list[pl.Series] = [pl.Series("line", [], dtype=pl.Int64)]
+    involved = overlapping(parts)
+    for part in involved:
+        _spill_positions(spill, part, groups)
     for g in range(groups):
-        frames = [pl.read_parquet(s) for p in parts if os.path.exists(s := _spill_path(spill, g, p.number, "q"))]
+        frames = [pl.read_parquet(s) for p in involved if os.path.exists(s := _spill_path(spill, g, p.number, "q"))]
         if frames:
             bad.append(reused_in(frames))
     return pl.concat(bad).sort()
+
+
+def overlapping(parts: list[_Part]) -> list[_Part]:
+    """The parts (in order) whose range of positions meets that of another part of the same batch: a
+    position can repeat across parts only between those (within a part, the decoder's check judged it)."""
+    spanned = [p for p in parts if p.span is not None]
+    meet = {q.number for a, b in itertools.combinations(spanned, 2) if a.seq == b.seq
+            and a.span[0] <= b.span[1] and b.span[0] <= a.span[1] for q in (a, b)}  # type: ignore[index]
+    return [p for p in spanned if p.number in meet]
+
+
+def _spill_positions(spill: str, part: _Part, groups: int) -> None:
+    """A part's (position, line, batch number, content hash) by group of positions (`_positions`), from its
+    spilled events and its erased subjects' (held) ones: every event it accepted, one part in memory."""
+    columns = ["position", "line", SEQ_COLUMN, *CONTENT]
+    frames = [pl.read_parquet(s, columns=columns) for g in range(groups)
+              if os.path.exists(s := _spill_path(spill, g, part.number))]
+    frames += [held.select(columns) for held in part.held.values()]
+    if frames:
+        for g, frame in _by_group(_positions(pl.concat(frames), groups)).items():
+            frame.write_parquet(_spill_path(spill, g, part.number, "q"), compression=SPILL_COMPRESSION)
 
 
 def reused_in(frames: list[pl.DataFrame]) -> pl.Series:

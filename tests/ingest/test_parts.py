@@ -427,6 +427,42 @@ def test_a_file_in_parts_is_folded_and_written_once(tmp_path: Path, seed: int, m
     assert lake.scan("orders", include_tombstones=True).collect()["order_id"].is_unique().all()
 
 
+@pytest.mark.parametrize("reused", [False, True])
+def test_only_parts_whose_positions_overlap_are_checked_for_a_reused_position(
+        tmp_path: Path, reused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same-position check of a file in parts splits by group of positions only the parts whose ranges
+    of positions meet another part's: none when positions rise part after part; the first two when the
+    second reuses a position of the first (the later parts left out). That position's first line is an
+    erased subject's (held by the map, never spilled) and still stands: the later line with other content
+    is quarantined as in the one-part ingest."""
+    events = [up("ord-011", 1000, 7, 47)] + [up(f"p{i:03d}", 1001 + i, i, 40 + i % 5) for i in range(200)]
+    if reused:
+        events.insert(27, up("p-late", 1000, 8, 48))  # line 28: in the second part of ~18 lines each
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(jsonl(events))
+    whole = _based(tmp_path / "whole")
+    one = whole.ingest(path)
+    checked: list[int] = []
+    spill_positions = parts_mod._spill_positions
+
+    def counted(spill: str, part: Any, groups: int) -> None:
+        checked.append(part.number)
+        spill_positions(spill, part, groups)
+
+    monkeypatch.setattr(parts_mod, "_spill_positions", counted)
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    lake = _based(tmp_path / "parts")
+    report = lake.ingest(path)
+    assert len(report.parts) > 5
+    second = [p["first_line"] for p in report.parts[1:3]]
+    assert not reused or second[0] <= 28 < second[1]
+    assert checked == ([1, 2] if reused else [])
+    assert rows(lake) == rows(whole)
+    assert (report.accepted, report.quarantined, report.reasons) == (one.accepted, one.quarantined, one.reasons)
+    assert report.reasons.get("position_conflict", 0) == int(reused) and report.reasons["erased_subject"] == 1
+    assert _file_lines(lake, report) == _file_lines(whole, one)
+
+
 @pytest.fixture(scope="module")
 def killed_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], int, int]:
     """The file the kill tests ingest, and what ingesting it whole into a `_based` lake gives (rows,
