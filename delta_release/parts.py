@@ -570,9 +570,14 @@ def _digests_by_group(hashes: np.ndarray, group: np.ndarray) -> dict[int, np.nda
     """The hashes of each group's events, in their order (as `_by_group` keeps the events')."""
     if not len(group):
         return {}
-    order = np.argsort(group, kind="stable")
-    present, starts = np.unique(group[order], return_index=True)
-    return {int(g): hashes[chunk] for g, chunk in zip(present, np.split(order, starts[1:]), strict=True)}
+    # numpy's stable sort of 16-bit integers is a radix sort: 19 ms per 1.8M events, 73 ms for int32; the
+    # counts give each group's range of the sorted hashes (np.unique sorted them again)
+    order = np.argsort(group.astype(np.int16) if group.max() < 1 << 15 else group, kind="stable")
+    counts = np.bincount(group)
+    present = np.flatnonzero(counts)
+    ends = np.cumsum(counts[present])
+    by_group = hashes[order]
+    return {int(g): by_group[end - counts[g]:end] for g, end in zip(present, ends, strict=True)}
 
 
 def _by_group(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:

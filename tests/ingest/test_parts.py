@@ -463,6 +463,21 @@ def test_only_parts_whose_positions_overlap_are_checked_for_a_reused_position(
     assert _file_lines(lake, report) == _file_lines(whole, one)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 70), max_size=300), st.sampled_from([71, 40_000]))
+def test_the_maps_hashes_by_group_keep_each_groups_events_in_order(groups: list[int], bound: int) -> None:
+    """`_digests_by_group`: each group's hashes in the order of its events (as `_by_group` keeps them), for
+    groups counted in 16 bits (a radix sort) or more."""
+    import numpy as np
+
+    group = np.array([g * (bound // 71) for g in groups], dtype=np.int32)
+    hashes = np.array([hashlib.sha256(str(i).encode()).digest() for i in range(len(group))], dtype="S32")
+    got = parts_mod._digests_by_group(hashes, group)
+    assert sorted(got) == sorted(set(group.tolist()))
+    for g, found in got.items():
+        assert found.tolist() == hashes[group == g].tolist()
+
+
 @pytest.fixture(scope="module")
 def killed_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], int, int]:
     """The file the kill tests ingest, and what ingesting it whole into a `_based` lake gives (rows,
