@@ -508,11 +508,17 @@ def _put_words(out: BinaryIO, at: Layout, index: int, words: np.ndarray) -> None
 
 
 def write_merged(storage: Storage, rel: str, sources: list[Source], *, gone: Gone = "keep",
-                 exclude: np.ndarray | None = None, replace: bool = False) -> bool:
+                 exclude: np.ndarray | None = None, replace: bool = False, disjoint: bool = False) -> bool:
     """Write the merge of `sources` (newest first), without the hashes of `exclude`, to `rel`: create-only
     (False when it exists), or with `replace` in place of the file there. Two passes over the inputs, a
-    range at a time: the first sizes the output, the second writes it."""
-    plan = _plan(sources, gone, exclude)
+    range at a time: the first sizes the output, the second writes it. `disjoint`: no hash is in two
+    sources, so the output holds every entry (GONE ones kept) and its size is known without the first
+    pass (a file in parts' runs, one per group of its fold: 0.8 s of the 20M-event file's 2.5 s record);
+    the write checks that count."""
+    if disjoint and gone == "keep" and exclude is None:
+        plan = _Plan(_positions(sources), sum(len(s.keys.prefix) for s in sources), False, None)
+    else:
+        plan = _plan(sources, gone, exclude)
 
     def body(out: BinaryIO) -> None:
         _write(out, sources, plan, exclude)

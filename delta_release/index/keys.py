@@ -292,8 +292,11 @@ class KeyIndex:
         later = [*self._locations_of_files(list(files)), (self._hash(gone), np.full(len(gone), GONE, dtype=DAY))]
         if isinstance(hashed_locations, list):  # newest first: the files and gone, the sorted runs, `locations`
             newer, older = _from_runs(later), _from_runs(runs)
+            head = [Source(_keys(newer), None)] if len(newer[0]) else []
+            tail = [Source(_keys(older), None)] if len(older[0]) or not hashed_locations else []
+            # the runs hold no hash in two: alone (a first load), the file's size is their sum
             write_merged(self.index, tiers.name(FOLDER, EXT, 0, version, version),
-                         [Source(_keys(newer), None), *reversed(hashed_locations), Source(_keys(older), None)])
+                         [*head, *reversed(hashed_locations), *tail], disjoint=not head and not tail)
         else:
             self._write(0, version, version, _from_runs(runs + later))
         self.maintain()

@@ -77,6 +77,31 @@ def test_merges_equal_the_in_memory_merge_byte_for_byte(tmp_path_factory: pytest
         assert _merged(tmp_path, [*runs[:-1], base], "fold") == bytes(_encode(expected))
 
 
+@settings(max_examples=100, deadline=None)
+@given(_entries, st.integers(1, 4), st.sampled_from([1, 3, 1 << 18]))
+def test_runs_with_no_hash_in_two_merge_in_one_pass_to_the_same_bytes(
+        tmp_path_factory: pytest.TempPathFactory, entries: list[tuple[bytes, int]], count: int,
+        range_keys: int) -> None:
+    """`disjoint` (a file in parts' runs, one per group of its fold) skips the pass that sizes the output:
+    the file is the two-pass merge's, byte for byte; runs that do share a hash are refused, not written
+    short."""
+    tmp_path = tmp_path_factory.mktemp("disjoint")
+    storage = Storage(str(tmp_path))
+    runs = [_run([h for h, _ in entries if h[-1] % count == i], [d for h, d in entries if h[-1] % count == i])
+            for i in range(count)]  # each hash in one run, as a group holds its buckets' keys
+    sources = [Source(_decode(_encode(r), "run"), None) for r in runs]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keyfile, "RANGE_KEYS", range_keys)
+        assert write_merged(storage, "two.kx2", sources)
+        assert write_merged(storage, "one.kx2", sources, disjoint=True)
+        assert (tmp_path / "one.kx2").read_bytes() == (tmp_path / "two.kx2").read_bytes()
+        if entries:
+            again = next(s for s, r in zip(sources, runs, strict=True) if len(r[0]))
+            with pytest.raises(AssertionError, match="entries"):
+                write_merged(storage, "twice.kx2", [*sources, again], disjoint=True)
+            assert not (tmp_path / "twice.kx2").exists()
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_any_hash, max_size=60), st.booleans())
 def test_the_hash_order_is_the_stable_sort_of_the_hashes(hashes: list[bytes], reverse: bool) -> None:
