@@ -516,9 +516,9 @@ def next_part(parts: list[_Part], batch: FileBatch | BytesBatch, *, seq: int, ac
 
 def _spill_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, spill: str, groups: int,
                   number: int, *, seq: int) -> dict[int, pl.DataFrame]:
-    """Write one source's events (lines numbered over every source) by group of buckets, and their
-    positions by group of positions (`map_events`); returns the erased subjects' events by group (held,
-    not spilled)."""
+    """Write one source's events (lines numbered over every source) and their keys' hashes by group of
+    buckets (`map_events`); returns the erased subjects' events by group (held, not spilled). Their
+    positions are split later, for parts whose positions overlap only (`_reused_positions`)."""
     mapped = map_events(lake, ctx, events, groups, seq=seq, positions=False)
     for g, frame in mapped.by_group.items():
         frame.write_parquet(_spill_path(spill, g, number), compression=SPILL_COMPRESSION)
