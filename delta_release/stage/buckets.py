@@ -117,20 +117,20 @@ class KnownDigests:
     """Keyed hashes computed before, by event line: the map of a file in parts (parts.py) hashes every
     event's key to find its group, and the fold of the group looks its winners' hashes up by their line
     instead of hashing them again (18.2M of the 20M-event backfill's keys, about 0.5 us a key with the
-    hex round trip of the Rust HMAC). `lines` ascending and distinct, `digests` (S32) aligned with them."""
+    hex round trip of the Rust HMAC). `lines` ascending and distinct, `hashes` (S32) aligned with them."""
 
     lines: np.ndarray
-    digests: np.ndarray
+    hashes: np.ndarray
 
     @classmethod
-    def of(cls, lines: np.ndarray, digests: np.ndarray) -> KnownDigests:
+    def of(cls, lines: np.ndarray, hashes: np.ndarray) -> KnownDigests:
         """From lines in any order (several groups planned as one interleave their parts' lines)."""
-        if len(lines) != len(digests):
-            raise ValueError(f"known digests: {len(digests)} hashes for {len(lines)} lines")
+        if len(lines) != len(hashes):
+            raise ValueError(f"known digests: {len(hashes)} hashes for {len(lines)} lines")
         if len(lines) > 1 and not (lines[1:] > lines[:-1]).all():
             order = np.argsort(lines, kind="stable")
-            lines, digests = lines[order], digests[order]
-        return cls(lines, digests)
+            lines, hashes = lines[order], hashes[order]
+        return cls(lines, hashes)
 
     def lookup(self, lines: pl.Series, keys: pl.Series, hasher: Hasher) -> bytes:
         """The 32-byte hash of each of `keys` (the event at the same place of `lines` holds it), concatenated
@@ -140,11 +140,11 @@ class KnownDigests:
         if not len(self.lines):
             return digests(keys, hasher)
         idx = np.searchsorted(self.lines, at).clip(0, len(self.lines) - 1)
-        out = self.digests[idx]
+        out = self.hashes[idx]
         missing = np.flatnonzero(self.lines[idx] != at)
         if len(missing):
             out[missing] = digest_array(keys.gather(missing), hasher)
-        return bytes(out.tobytes())
+        return bytes(out.tobytes())  # (bytes of bytes: the same object, typed)
 
 
 def hash_array(hashes: pl.Series) -> np.ndarray:

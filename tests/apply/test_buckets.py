@@ -255,4 +255,4 @@ def test_known_digests_give_each_keys_hash_by_its_line(hash_lake: dr.Lake, ids: 
     got = known.lookup(pl.Series(at, dtype=pl.Int64), pl.Series(keys, dtype=pl.String), hasher)
     assert [got[32 * i:32 * i + 32].hex() for i in range(len(keys))] == [hasher(k) for k in keys]
     with pytest.raises(ValueError, match="hashes for"):
-        KnownDigests.of(np.array(lines[:-1], dtype=np.int64), known.digests)
+        KnownDigests.of(np.array(lines[:-1], dtype=np.int64), known.hashes)
