@@ -434,8 +434,13 @@ def folded_sources(lake: LakeContext, sources: list[Source], *, table: str, repl
         parts = _spill(lake, ctx, sources, spill, groups)
         reused = _reused_positions(spill, parts, groups)
         crash_point("parts.after_spill")
-        yield _PartsPlan(lake, parts, spill, groups=groups, buckets=n, reused=reused, replay=replay,
-                         operation=operation or ("replay" if replay else "ingest"), details=details or {})
+        plan = _PartsPlan(lake, parts, spill, groups=groups, buckets=n, reused=reused, replay=replay,
+                          operation=operation or ("replay" if replay else "ingest"), details=details or {})
+        plan.premerge = operation is None  # (a release run commits later and leaves the key index to catch up)
+        try:
+            yield plan
+        finally:
+            plan.discard_premerged()
 
 
 def _spill(lake: LakeContext, ctx: TableContext, sources: list[Source], spill: str, groups: int) -> list[_Part]:
@@ -683,6 +688,8 @@ class _PartsPlan(Plan):
         self.starts = [p.first_line for p in parts]
         self.replay, self.operation, self.details = replay, operation, dict(details or {})
         self.sequenced = len({p.seq for p in parts}) > 1  # several batches: folded in order (`fold_in_order`)
+        self.premerged: Any = None  # the key index file of the last attempt's runs, written ahead
+        self.premerge = False  # write it ahead (an ingest or replay, whose writer records the key index)
 
     def rows(self, version: int | None) -> list[dict[str, Any]]:
         """The report's row of each source (IngestReport.parts), `version` the commit (None: none)."""
@@ -776,7 +783,7 @@ class _PartsPlan(Plan):
         folds = in_order_ahead(lambda args: self._fold(ctx, parent, live, cols, *args), [
             (groups, only, i) for i, (groups, only) in enumerate(chosen)], ahead=FOLDS_AHEAD, name="fold-ahead")
         with closing(folds):
-            for (groups, _only), (fold, run) in zip(chosen, folds, strict=True):
+            for i, ((groups, _only), (fold, run)) in enumerate(zip(chosen, folds, strict=True)):
                 self.add_rejects(self.screen_held(groups, live, cols.key))
                 if fold is None:
                     continue
@@ -788,12 +795,30 @@ class _PartsPlan(Plan):
                 changed.add(fold.applied.changed)
                 if run is not None:
                     runs.append(run)
+                if i == len(chosen) - 1:  # every run is in: their key index file is written meanwhile
+                    self._premerge(ctx, runs)
                 fold.applied.changed = None
                 yield from fold.stream
                 crash_point("parts.after_group")
         if runs:
             change.hashed_locations = runs
+            change.premerged = self._premerge(ctx, runs)
         change.changed = changed.result()
+
+    def _premerge(self, ctx: TableContext, runs: list[Any]) -> Any:
+        """The key index file of `runs`, written on a thread from now on (`keys.Premerge`: the commit's record
+        links it in), once per attempt; the one of an earlier attempt discarded."""
+        if self.premerged is not None and self.premerged.runs is runs:
+            return self.premerged
+        self.discard_premerged()
+        keys = index.key_index(ctx) if self.premerge else None
+        self.premerged = keys.premerge(runs) if keys is not None else None
+        return self.premerged
+
+    def discard_premerged(self) -> None:
+        if self.premerged is not None:
+            self.premerged.discard()
+            self.premerged = None
 
     def _fold(self, ctx: TableContext, parent: int, live: list[_Part], cols: Columns, chosen: list[int],
               only: set[int] | None, index: int) -> tuple[GroupFold | None, Any]:

@@ -438,6 +438,33 @@ class Storage:
                 with suppress(FileNotFoundError):
                     os.unlink(tmp)
 
+    def write_ahead(self, folder: str, data: Body) -> str:
+        """Local disk only: `data` written durably under a fresh temp name on the filesystem of `folder`, before
+        anyone knows which name in it the bytes will take (`link_ahead` then takes it, or the caller removes
+        the temp file; a killed writer's is swept with the temp folder)."""
+        assert self.is_local, "write_ahead: local storage only"
+        parent = self._full(folder)
+        self._ensure_dir(parent)
+        return self._write_temp(parent, data)
+
+    def link_ahead(self, tmp: str, rel: str) -> bool | None:
+        """`write_once(rel, ...)` of the bytes `write_ahead` wrote to `tmp`: True when this call created `rel`,
+        False when it existed; None when `tmp` cannot be linked there (another filesystem, or it is gone: a
+        sweep of the temp folder): the caller writes `rel` itself. The temp file is removed either way."""
+        full = self._full(rel)
+        try:
+            os.link(tmp, full)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.ENOENT):
+                return None
+            raise
+        finally:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+
     def write_bytes(self, rel: str, data: Body, *, durable: bool = True) -> None:
         """Write (or replace) a small file; on local disk through a temporary name and a rename (fsynced
         first unless durable=False: for a file whose loss or emptiness after a power cut is harmless)."""

@@ -109,6 +109,7 @@ class Change:
     gone_keys: list[str] = field(default_factory=list)
     # more locations, by keyed hash (index/keys.py `record`): one run, or sorted spilled runs with no hash in two
     hashed_locations: tuple[Any, Any] | list[Any] | None = None
+    premerged: Any = None  # the key index file of `hashed_locations` (a list) written ahead (keys.Premerge)
     # Or: files already staged elsewhere for this parent (by workers: distributed/), with their evidence;
     # gated here like the writer's own, and discarded like them (a failed gate, a stale parent)
     prestaged: Candidate | None = None
@@ -345,7 +346,7 @@ def record_indexes(ctx: TableContext, version: int, staged: StagedCandidate) -> 
         for value, frame in change.partitions.items():
             locations.update(dict.fromkeys(frame[key].to_list(), value))
     keys.record(version, locations, change.gone_keys, files=[e.add.path for e in change.existing],
-                hashed_locations=change.hashed_locations)
+                hashed_locations=change.hashed_locations, premerged=change.premerged)
 
 
 def write(ctx: TableContext, plan: Plan, *, publish_now: bool = True,

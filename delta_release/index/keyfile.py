@@ -16,9 +16,10 @@ each), not two copies of the base (6 GB at 50M keys, measured; see `RANGE_KEYS`)
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Literal, NamedTuple
 
 import numpy as np
@@ -507,6 +508,17 @@ def _put_words(out: BinaryIO, at: Layout, index: int, words: np.ndarray) -> None
         out.write(words.astype(PREFIX, copy=False).data)
 
 
+def merged_body(sources: list[Source]) -> Callable[[BinaryIO], None]:
+    """What writes the merge of `sources` that hold no hash in two (sorted runs of one fold), to a seekable
+    file: every entry kept, so the size is their sum and one pass writes it (the write checks the count)."""
+    plan = _Plan(_positions(sources), sum(len(s.keys.prefix) for s in sources), False, None)
+
+    def body(out: BinaryIO) -> None:
+        _write(out, sources, plan, None)
+
+    return body
+
+
 def write_merged(storage: Storage, rel: str, sources: list[Source], *, gone: Gone = "keep",
                  exclude: np.ndarray | None = None, replace: bool = False, disjoint: bool = False) -> bool:
     """Write the merge of `sources` (newest first), without the hashes of `exclude`, to `rel`: create-only
@@ -516,13 +528,9 @@ def write_merged(storage: Storage, rel: str, sources: list[Source], *, gone: Gon
     pass (a file in parts' runs, one per group of its fold: 0.8 s of the 20M-event file's 2.5 s record);
     the write checks that count."""
     if disjoint and gone == "keep" and exclude is None:
-        plan = _Plan(_positions(sources), sum(len(s.keys.prefix) for s in sources), False, None)
+        body = merged_body(sources)
     else:
-        plan = _plan(sources, gone, exclude)
-
-    def body(out: BinaryIO) -> None:
-        _write(out, sources, plan, exclude)
-
+        body = functools.partial(_write, sources=sources, plan=_plan(sources, gone, exclude), exclude=exclude)
     if replace:
         storage.write_bytes(rel, body)
         return True

@@ -1052,7 +1052,7 @@ def test_a_first_load_in_parts_takes_its_winners_hashes_from_the_map(tmp_path: P
     looked: list[tuple[int, int]] = []  # (winners, of them with a line: looked up, not hashed)
     lookup = KnownDigests.lookup
 
-    def counted(self: KnownDigests, lines: pl.Series, keys: pl.Series, hasher: Any) -> bytes:
+    def counted(self: KnownDigests, lines: pl.Series, keys: pl.Series, hasher: Any) -> Any:
         looked.append((lines.len(), lines.len() - lines.null_count()))
         return lookup(self, lines, keys, hasher)
 
@@ -1099,3 +1099,92 @@ def test_the_erasure_filter_with_the_maps_hashes_blocks_what_hashing_blocks(tmp_
         kept, rejects = erasure_filter(lake, events, known=known)
         assert kept.equals(plain[0]) and rejects == plain[1]
     assert erasure_filter(dr.Lake.create(tmp_path / "none"), events, known=partial)[0].equals(events)
+
+
+@pytest.mark.parametrize("race", [False, True])
+def test_the_key_index_file_of_a_file_in_parts_is_written_while_staged_and_linked_in(
+        tmp_path: Path, race: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key index file of a file in parts (its fold's sorted runs) is written on a thread from the last
+    group's fold on (`keys.Premerge`), while the candidate is staged and gated, and the commit's record
+    links it in: byte-identical to the file the record writes itself without it, nothing left in the temp
+    folder. A stale parent (`race`) discards the first attempt's file and links the second's; a release
+    run, which commits after its plan is gone and leaves the key index to catch up, writes none ahead."""
+    from delta_release.index import keys as keys_mod
+    from delta_release.release.run import run_release
+    from tests.release.conftest import release_config
+
+    events = order_history(8, 300)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(jsonl(events))
+    other = jsonl([up("ord-003", 5000, 42, 4), rm("ord-004", 5001), up("ord-new", 5002, 7, 1)])
+    made: list[keys_mod.Premerge] = []
+    linked: list[bool | None] = []
+    real_init, real_link = keys_mod.Premerge.__init__, keys_mod.Premerge.link
+
+    def init(self: keys_mod.Premerge, *a: Any) -> None:
+        made.append(self)
+        real_init(self, *a)
+
+    def link(self: keys_mod.Premerge, rel: str) -> bool | None:
+        linked.append(out := real_link(self, rel))
+        return out
+
+    monkeypatch.setattr(keys_mod.Premerge, "__init__", init)
+    monkeypatch.setattr(keys_mod.Premerge, "link", link)
+    real_point = parts_mod.crash_point
+
+    def racing(name: str) -> None:
+        if race and name == "parts.after_group" and len(made) == 1 and not linked:
+            dr.Lake.open(tmp_path / "lake").ingest(other)  # another writer commits meanwhile
+        real_point(name)
+
+    monkeypatch.setattr(parts_mod, "crash_point", racing)
+
+    def key_files(root: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted((root / "_index").rglob("keys/d-*.kx2"))}
+
+    def temp_files(root: Path) -> list[Path]:
+        return [p for p in (root / "_tmp").rglob("*") if p.is_file()]
+
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    lakes = {}
+    _based(tmp_path / "base")  # one secret for every lake: the same key hashes
+    for name in ("lake", "plain", "run/lake"):
+        shutil.copytree(tmp_path / "base", tmp_path / name)
+    for name in ("lake", "plain"):
+        lake = dr.Lake.open(tmp_path / name)
+        if name == "plain":  # the record writes the file itself
+            monkeypatch.setattr(keys_mod.KeyIndex, "premerge", lambda self, runs: None)
+            if race:
+                lake.ingest(other)
+        report = lake.ingest(path)
+        assert report.attempts == (2 if race and name == "lake" else 1)
+        lakes[name] = lake
+    assert len(made) == (2 if race else 1) and linked == [True]
+    assert key_files(tmp_path / "lake") == key_files(tmp_path / "plain") != {}
+    assert rows(lakes["lake"]) == rows(lakes["plain"]) and temp_files(tmp_path / "lake") == []
+
+    if race:
+        return
+    monkeypatch.undo()
+    monkeypatch.setenv(ENV_MAX_PART, "2048")
+    monkeypatch.setattr(keys_mod.Premerge, "__init__", init)
+    monkeypatch.setattr(keys_mod.Premerge, "link", link)
+    made.clear()
+    linked.clear()
+    root = tmp_path / "run" / "lake"
+    shipped = run_release(str(release_config(tmp_path / "run", [path], broken_v3=False)))
+    assert shipped["decision"] == "ship", shipped["failed_checks"]
+    assert made == [] and temp_files(root) == []
+    keys = sorted({e["order_id"] for e in events})
+    run_lake, plain = dr.Lake.open(root), lakes["plain"]
+    assert (index_of(run_lake).locate(keys, upto=run_lake.latest_version("orders") or 0)
+            == index_of(plain).locate(keys, upto=plain.latest_version("orders") or 0))
+
+
+def index_of(lake: dr.Lake) -> Any:
+    from delta_release import index
+
+    found = index.key_index(lake.table("orders"))
+    assert found is not None
+    return found
