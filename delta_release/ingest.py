@@ -94,7 +94,7 @@ def erasure_filter(lake: LakeContext, events: pl.DataFrame, *, known: KnownDiges
     key = lake.table_def(DEFAULT_TABLE).keyed().key  # an event's fields are named as its table's columns
     erased_raw = {bytes.fromhex(s) for s in erased if len(s) == 64}
     if known is not None:
-        hashes = np.frombuffer(known.lookup(events["line"], events[key], lake.erasures.subject_key), dtype="S32")
+        hashes = known.lookup(events["line"], events[key], lake.erasures.subject_key)
         hit = pl.Series(np.isin(hashes, np.array(sorted(erased_raw), dtype="S32")))
         if not hit.any():
             return events, []

@@ -79,7 +79,7 @@ from .ingest import IngestReport, _already_applied, applied_batches, erasure_fil
 from .maintenance import upkeep
 from .raw import RawStore
 from .raw.background import RawCopy
-from .stage.buckets import KnownDigests, bucket_of_path, digest_array, groups_of
+from .stage.buckets import KnownDigests, bucket_of_path, digest_array, groups_of, take_hashes
 from .storage import local_spill_root, temp_name
 from .tables import DEFAULT_TABLE
 
@@ -581,7 +581,7 @@ def _digests_by_group(hashes: np.ndarray, group: np.ndarray) -> dict[int, np.nda
     counts = np.bincount(group)
     present = np.flatnonzero(counts)
     ends = np.cumsum(counts[present])
-    by_group = hashes[order]
+    by_group = take_hashes(hashes, order)
     return {int(g): by_group[end - counts[g]:end] for g, end in zip(present, ends, strict=True)}
 
 

@@ -36,7 +36,6 @@ from ..stage.buckets import (
     bucket_of_path,
     buckets_of_digests,
     hash_array,
-    hash_series,
     keyed,
     with_buckets,
 )
@@ -350,8 +349,10 @@ def plan_bucketed(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_
     folded = _fold_rows(ctx, parent, events, only_buckets=only_buckets, sequence=sequence, known=known)
     if folded.rows is None:
         return folded.plan, [], None
-    return _replace(ctx, Columns.of(ctx.table), folded.plan, folded.files, folded.kept, folded.rows,
-                    ctx.table.buckets or 1)
+    cols, n = Columns.of(ctx.table), ctx.table.buckets or 1
+    locations = None if folded.hashes is None else _moved_locations(
+        folded.rows, cols.key, cols.partition, n, ctx.erasures.subject_key, folded.hashes)
+    return _replace(ctx, cols, folded.plan, folded.files, folded.kept, folded.rows, n, locations=locations)
 
 
 Locations = tuple[np.ndarray, np.ndarray]  # keyed hashes (S32) and their partitions: what the key index learns
@@ -372,7 +373,8 @@ def fold_group_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, onl
     if folded.rows is None:
         return folded.plan.conflicts, None, None
     rows = folded.rows
-    locations = _moved_locations(rows, cols.key, cols.partition, ctx.table.buckets or 1, ctx.erasures.subject_key)
+    locations = _moved_locations(rows, cols.key, cols.partition, ctx.table.buckets or 1, ctx.erasures.subject_key,
+                                 folded.hashes)
     return (folded.plan.conflicts, rows.select(*cols.row_columns, BUCKET_COLUMN, "prior_day", "had_prior"),
             locations)
 
@@ -414,6 +416,7 @@ class _Folded:
     files: _Files
     kept: _Kept
     rows: pl.DataFrame | None
+    hashes: np.ndarray | None = None  # every row's keyed hash (S32), when `rows` carry no HASH_COLUMN
 
 
 def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buckets: set[int] | None,
@@ -488,7 +491,7 @@ def _fold_rows(ctx: TableContext, parent: int, events: pl.DataFrame, *, only_buc
     plan.conflicts = folded.conflicts
     if folded.rows.height == 0:
         return _Folded(plan, files, kept, None)
-    return _Folded(plan, files, kept, _with_keys(folded.rows, keys, key, n, hasher, known))
+    return _Folded(plan, files, kept, *_with_keys(folded.rows, keys, key, n, hasher, known))
 
 
 def _batch_keys(events: pl.DataFrame, cols: Columns, batches: pl.Series | None, *, lookup: bool
@@ -512,18 +515,19 @@ def _batch_keys(events: pl.DataFrame, cols: Columns, batches: pl.Series | None, 
 
 
 def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame | None, key: str, n: int, hasher: Hasher,
-               known: KnownDigests | None = None) -> pl.DataFrame:
-    """The fold's winners with each key's HASH_COLUMN and BUCKET_COLUMN: joined from `keys`, or (None: a
-    first load) looked up in `known` by the winner's LINE (kept by the fold) or hashed here, in the
-    winners' order (one row per key)."""
+               known: KnownDigests | None = None) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """The fold's winners with each key's BUCKET_COLUMN and hash: HASH_COLUMN joined from `keys`, or (None:
+    a first load) hashed here, in the winners' order (one row per key); or looked up in `known` by the
+    winner's LINE (kept by the fold), then returned beside the rows as an array (S32): a first load's
+    18.2M hashes (20M-event backfill) were copied five times on their way through a Polars column and back
+    to the key index's array."""
     if keys is not None:
-        return rows.join(keys, on=key, how="left")
+        return rows.join(keys, on=key, how="left"), None
     if known is not None and LINE in rows.columns:
-        joined = known.lookup(rows[LINE], rows[key], hasher)
-        return rows.drop(LINE).with_columns(hash_series(joined, rows.height),
-                                            pl.Series(BUCKET_COLUMN, buckets_of_digests(joined, n)))
+        hashes = known.lookup(rows[LINE], rows[key], hasher)
+        return rows.drop(LINE).with_columns(pl.Series(BUCKET_COLUMN, buckets_of_digests(hashes, n))), hashes
     hashed = keyed(rows[key], n, hasher, distinct=True)
-    return rows.with_columns(hashed[HASH_COLUMN], hashed[BUCKET_COLUMN])
+    return rows.with_columns(hashed[HASH_COLUMN], hashed[BUCKET_COLUMN]), None
 
 
 def _folded_joined(cols: Columns, plan: ApplyPlan, files: _Files, kept: _Kept, joined: pl.DataFrame) -> _Folded:
@@ -598,18 +602,22 @@ def _keys_in_frame(cols: Columns, whole: pl.DataFrame, distinct: pl.DataFrame, n
     return keys, whole.select(cols.row_columns), hashed.filter(rest[FOUND_COLUMN].is_null())
 
 
-def _moved_locations(rows: pl.DataFrame, key: str, part: str, n: int, hasher: Hasher) -> tuple[Any, Any]:
+def _moved_locations(rows: pl.DataFrame, key: str, part: str, n: int, hasher: Hasher,
+                     hashes: np.ndarray | None = None) -> tuple[Any, Any]:
     """What the key index must learn from `rows` (the new row of each changed key): the partition of every
     key that is new to the table or left its partition. A key that stays where the parent has it is already
     named there by the index (found in a touched day's file, whose bucket gave it no hash): left out.
     Keys that move without a hash yet are hashed here. Only the four columns read are filtered: a backfill
-    part moves nearly every key, and a copy of all of `rows`' columns is ~100 MB at 1M keys."""
+    part moves nearly every key, and a copy of all of `rows`' columns is ~100 MB at 1M keys. `hashes`:
+    every row's hash (`_Folded.hashes`), so every row is learnt."""
+    if hashes is not None:
+        return hashes, rows[part].fill_null(NULL_DAY).to_numpy().astype(DAY)
     record = rows.select(key, part, "prior_day", HASH_COLUMN).filter(
         pl.col(HASH_COLUMN).is_not_null() | pl.col(part).ne_missing(pl.col("prior_day")))
     missing = record.filter(pl.col(HASH_COLUMN).is_null())
     if missing.height:
-        hashes = keyed(missing[key], n, hasher).select(key, pl.col(HASH_COLUMN).alias("__h"))
-        record = record.join(hashes, on=key, how="left").with_columns(
+        hashed = keyed(missing[key], n, hasher).select(key, pl.col(HASH_COLUMN).alias("__h"))
+        record = record.join(hashed, on=key, how="left").with_columns(
             pl.coalesce(HASH_COLUMN, "__h").alias(HASH_COLUMN))
     return hash_array(record[HASH_COLUMN]), record[part].fill_null(NULL_DAY).to_numpy().astype(DAY)
 

@@ -58,9 +58,9 @@ def digests(keys: list[str] | pl.Series, hasher: Hasher) -> bytes:
     return b"".join(bytes.fromhex(hasher(k)) for k in (keys.to_list() if isinstance(keys, pl.Series) else keys))
 
 
-def buckets_of_digests(raw: bytes, buckets: int) -> np.ndarray:
-    """The bucket of each 32-byte hash in `raw` (int32): its last 4 bytes, big-endian, mod `buckets`
-    (the same as `bucket_of_hash` on its hex form)."""
+def buckets_of_digests(raw: bytes | np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each 32-byte hash in `raw` (bytes, or S32 items; int32): its last 4 bytes, big-endian,
+    mod `buckets` (the same as `bucket_of_hash` on its hex form)."""
     tail = np.frombuffer(raw, dtype=">u4").reshape(-1, 8)[:, 7]
     return (tail % buckets).astype(np.int32)
 
@@ -132,19 +132,30 @@ class KnownDigests:
             lines, hashes = lines[order], hashes[order]
         return cls(lines, hashes)
 
-    def lookup(self, lines: pl.Series, keys: pl.Series, hasher: Hasher) -> bytes:
-        """The 32-byte hash of each of `keys` (the event at the same place of `lines` holds it), concatenated
-        in order: looked up by line; a key whose line is null or not known (a key the sequence fold
-        decided, whose row keeps no line) hashed now."""
+    def lookup(self, lines: pl.Series, keys: pl.Series, hasher: Hasher) -> np.ndarray:
+        """The hash of each of `keys` (the event at the same place of `lines` holds it), in order (S32):
+        looked up by line; a key whose line is null or not known (a key the sequence fold decided, whose
+        row keeps no line) hashed now."""
         at = lines.fill_null(-1).to_numpy()
         if not len(self.lines):
-            return digests(keys, hasher)
+            return digest_array(keys, hasher)
         idx = np.searchsorted(self.lines, at).clip(0, len(self.lines) - 1)
-        out = self.hashes[idx]
+        out = take_hashes(self.hashes, idx)
         missing = np.flatnonzero(self.lines[idx] != at)
         if len(missing):
             out[missing] = digest_array(keys.gather(missing), hasher)
-        return bytes(out.tobytes())  # (bytes of bytes: the same object, typed)
+        return out
+
+
+def take_hashes(hashes: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """`hashes[idx]` (S32 items): taken as rows of four 64-bit words, which numpy copies whole (an S32
+    fancy index copies item by item: 51 against 26 ms per 1.8M)."""
+    if not len(hashes):
+        empty: np.ndarray = hashes[idx]
+        return empty
+    words = np.ascontiguousarray(hashes).view(np.uint64).reshape(-1, 4)
+    taken: np.ndarray = np.take(words, idx, axis=0).view("S32").reshape(-1)
+    return taken
 
 
 def hash_array(hashes: pl.Series) -> np.ndarray:
