@@ -526,7 +526,7 @@ def _spill_events(lake: LakeContext, ctx: TableContext, events: pl.DataFrame, sp
     positions are split later, for parts whose positions overlap only (`_reused_positions`)."""
     mapped = map_events(lake, ctx, events, groups, seq=seq, positions=False)
     for g, frame in mapped.by_group.items():
-        frame.write_parquet(_spill_path(spill, g, number), compression=SPILL_COMPRESSION)
+        frame.write_parquet(_spill_path(spill, g, number), compression=SPILL_COMPRESSION, statistics=False)
         mapped.digests[g].tofile(_digests_path(spill, g, number))
     return mapped.held
 
@@ -657,7 +657,8 @@ def _spill_positions(spill: str, part: _Part, groups: int) -> None:
     frames += [held.select(columns) for held in part.held.values()]
     if frames:
         for g, frame in _by_group(_positions(pl.concat(frames), groups)).items():
-            frame.write_parquet(_spill_path(spill, g, part.number, "q"), compression=SPILL_COMPRESSION)
+            frame.write_parquet(_spill_path(spill, g, part.number, "q"), compression=SPILL_COMPRESSION,
+                                statistics=False)
 
 
 def reused_in(frames: list[pl.DataFrame]) -> pl.Series:
