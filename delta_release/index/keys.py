@@ -230,8 +230,8 @@ def _day_in(d: Any) -> int:
 
 
 class Premerge:
-    """The key index file of a fold's sorted runs alone (a file in parts' first load: `record` with
-    `hashed_locations` as a list and nothing else), written on a thread into a temp file on the index's
+    """The key index file of a fold's sorted runs alone (a file in parts: `record` with `hashed_locations`
+    as a list and nothing else), written on a thread into a temp file on the index's
     disk (`Storage.write_ahead`) while the candidate is still being staged, gated and committed; `record`
     then links it in under the commit's version (`link`) instead of merging after the commit. Its content
     does not depend on the version. The 20M-event backfill's merge was 3-3.5 s on one core after its
