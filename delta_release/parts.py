@@ -434,9 +434,10 @@ def folded_sources(lake: LakeContext, sources: list[Source], *, table: str, repl
         parts = _spill(lake, ctx, sources, spill, groups)
         reused = _reused_positions(spill, parts, groups)
         crash_point("parts.after_spill")
+        # (a release run, `operation`, commits later and leaves the key index to catch up: no premerge)
         plan = _PartsPlan(lake, parts, spill, groups=groups, buckets=n, reused=reused, replay=replay,
-                          operation=operation or ("replay" if replay else "ingest"), details=details or {})
-        plan.premerge = operation is None  # (a release run commits later and leaves the key index to catch up)
+                          operation=operation or ("replay" if replay else "ingest"), details=details or {},
+                          premerge=operation is None)
         try:
             yield plan
         finally:
@@ -683,14 +684,14 @@ class _PartsPlan(Plan):
 
     def __init__(self, lake: LakeContext, parts: list[_Part], spill: str, *, groups: int, buckets: int,
                  reused: pl.Series, replay: bool = False, operation: str = "ingest",
-                 details: dict[str, Any] | None = None) -> None:
+                 details: dict[str, Any] | None = None, premerge: bool = False) -> None:
         self.lake, self.parts, self.spill, self.groups, self.buckets = lake, parts, spill, groups, buckets
         self.reused = reused  # lines of positions reused with other content (`_reused_positions`)
         self.starts = [p.first_line for p in parts]
         self.replay, self.operation, self.details = replay, operation, dict(details or {})
         self.sequenced = len({p.seq for p in parts}) > 1  # several batches: folded in order (`fold_in_order`)
         self.premerged: Any = None  # the key index file of the last attempt's runs, written ahead
-        self.premerge = False  # write it ahead (an ingest or replay, whose writer records the key index)
+        self.premerge = premerge  # write it ahead (an ingest or replay, whose writer records the key index)
 
     def rows(self, version: int | None) -> list[dict[str, Any]]:
         """The report's row of each source (IngestReport.parts), `version` the commit (None: none)."""
