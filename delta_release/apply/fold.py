@@ -170,7 +170,7 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
     row's partition, else to its own `event_day`; the same position with other content is a conflict).
     Keys with several events go through the sequence fold (`fold_sequence`); both give what the sequence
     fold gives for the whole batch. `keep`: columns of `events` carried into the rows after the row
-    columns (null in the rows of keys the sequence fold decides)."""
+    columns, the winning event's."""
     key = cols.key
     multi: pl.DataFrame | None = None
     single = events
@@ -183,8 +183,8 @@ def fold(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *, u
     folded = fold_joined(single.join(prior_columns(prior, cols), on=key, how="left"), cols, keep=keep)
     rows, conflicts = folded.rows, folded.conflicts
     if multi is not None:
-        rest = fold_sequence(multi, prior.join(multi.select(key).unique(), on=key, how="semi"), cols)
-        rows = pl.concat([rows, rest.rows], how="diagonal" if keep else "vertical")
+        rest = fold_sequence(multi, prior.join(multi.select(key).unique(), on=key, how="semi"), cols, keep=keep)
+        rows = pl.concat([rows, rest.rows])
         conflicts = sorted([*conflicts, *rest.conflicts], key=lambda c: c.line)
     return Folded(rows=rows, conflicts=conflicts)
 
@@ -213,9 +213,13 @@ def fold_joined(joined: pl.DataFrame, cols: Columns = ORDERS, *, keep: tuple[str
     return Folded(rows=rows, conflicts=conflicts)
 
 
-def fold_sequence(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS) -> Folded:
+def fold_sequence(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORDERS, *,
+                  keep: tuple[str, ...] = ()) -> Folded:
     """The general fold: the batch's events and the prior rows of their keys as one sequence by position,
-    per key. Batch-sized: joins and one sort of the batch plus its prior rows."""
+    per key. Batch-sized: joins and one sort of the batch plus its prior rows. `keep`: columns of `events`
+    carried into the rows after the row columns, the winning event's (a first load in parts looks its
+    winners' keyed hashes up by line: without it the 20M-event backfill hashed its 1.8M updated orders'
+    keys again)."""
     key, pos, tomb, part = cols.key, cols.ordering, cols.tombstone, cols.partition
     values = list(cols.values)
     conflicts: list[Conflict] = []
@@ -229,8 +233,8 @@ def fold_sequence(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORD
 
     prior_seq = prior.select(
         key, pos, pl.when(pl.col(tomb)).then(pl.lit("delete")).otherwise(pl.lit("upsert")).alias("kind"),
-        *values, part, pl.lit(True).alias("is_prior"))
-    batch_seq = events.select(key, pos, "kind", *values, part, pl.lit(False).alias("is_prior"))
+        *values, part, pl.lit(True).alias("is_prior"), *[pl.lit(None, dtype=events.schema[c]).alias(c) for c in keep])
+    batch_seq = events.select(key, pos, "kind", *values, part, pl.lit(False).alias("is_prior"), *keep)
     seq = pl.concat([prior_seq, batch_seq.cast(prior_seq.schema)]).sort([key, pos], maintain_order=True)
     seq = seq.with_columns(pl.col(part).forward_fill().shift(1).over(key).alias("prev_day"))
     last = seq.group_by(key, maintain_order=True).last()
@@ -244,7 +248,7 @@ def fold_sequence(events: pl.DataFrame, prior: pl.DataFrame, cols: Columns = ORD
         *[pl.when(is_delete).then(None).otherwise(pl.col(v)).alias(v) for v in values],
         is_delete.alias(tomb),
         pl.when(is_delete).then(pl.coalesce("prev_day", part)).otherwise(pl.col(part)).alias(part),
-        "prior_day", pl.col("prior_position").is_not_null().alias("had_prior"),
+        "prior_day", pl.col("prior_position").is_not_null().alias("had_prior"), *keep,
     ).cast(cols.row_schema)  # type: ignore[arg-type]
     return Folded(rows=rows, conflicts=conflicts)
 

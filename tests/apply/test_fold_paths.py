@@ -97,3 +97,16 @@ def test_a_batch_of_single_events_is_decided_by_the_join() -> None:
     assert rows["a"]["deleted"] and rows["a"]["event_day"] == 47 and rows["a"]["prior_day"] == 47
     assert rows["c"]["deleted"] and rows["c"]["event_day"] is None and not rows["c"]["had_prior"]
     assert [(c.line, c.order_id) for c in out.conflicts] == [(2, "b")]
+
+
+@settings(max_examples=examples(200, fuzz=3000), deadline=None)
+@given(case=cases())
+def test_both_paths_carry_the_winning_events_line(case: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    """`keep` carries event columns into the rows: on both paths, each row's line is that of the event
+    that won its key (a first load in parts looks the winners' keyed hashes up by it)."""
+    events, prior = case
+    fast, general = fold(events, prior, keep=("line",)), fold_sequence(events, prior, keep=("line",))
+    assert fast.rows.sort("order_id").equals(general.rows.sort("order_id"))
+    event_at = {line: (k, p) for line, k, p in events.select("line", "order_id", "position").iter_rows()}
+    won = fast.rows.select("order_id", "position", "line").rows()
+    assert all(line is not None and event_at[line] == (k, p) for k, p, line in won)
