@@ -56,7 +56,7 @@ from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 import polars as pl
@@ -82,6 +82,9 @@ from .raw.background import RawCopy
 from .stage.buckets import KnownDigests, bucket_of_path, digest_array, groups_of, take_hashes
 from .storage import local_spill_root, temp_name
 from .tables import DEFAULT_TABLE
+
+if TYPE_CHECKING:
+    from .index.keys import Premerge
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -690,7 +693,7 @@ class _PartsPlan(Plan):
         self.starts = [p.first_line for p in parts]
         self.replay, self.operation, self.details = replay, operation, dict(details or {})
         self.sequenced = len({p.seq for p in parts}) > 1  # several batches: folded in order (`fold_in_order`)
-        self.premerged: Any = None  # the key index file of the last attempt's runs, written ahead
+        self.premerged: Premerge | None = None  # the key index file of the last attempt's runs, written ahead
         self.premerge = premerge  # write it ahead (an ingest or replay, whose writer records the key index)
 
     def rows(self, version: int | None) -> list[dict[str, Any]]:
@@ -807,7 +810,7 @@ class _PartsPlan(Plan):
             change.premerged = self._premerge(ctx, runs)
         change.changed = changed.result()
 
-    def _premerge(self, ctx: TableContext, runs: list[Any]) -> Any:
+    def _premerge(self, ctx: TableContext, runs: list[Any]) -> Premerge | None:
         """The key index file of `runs`, written on a thread from now on (`keys.Premerge`: the commit's record
         links it in), once per attempt; the one of an earlier attempt discarded."""
         if self.premerged is not None and self.premerged.runs is runs:

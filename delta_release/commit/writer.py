@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -44,6 +44,9 @@ from ..faults import crash_point, crash_window
 from ..gateway.catalog import Publication
 from ..stage import Candidate, gate_candidate, stage_partitions
 from ..stage.candidate import FileEvidence
+
+if TYPE_CHECKING:
+    from ..index.keys import Premerge
 
 # Each failed attempt means another writer committed, so the table moved forward: with N writers at
 # once a writer waits for at most N - 1 others. 64 covers dozens of concurrent writers; a jittered
@@ -109,7 +112,7 @@ class Change:
     gone_keys: list[str] = field(default_factory=list)
     # more locations, by keyed hash (index/keys.py `record`): one run, or sorted spilled runs with no hash in two
     hashed_locations: tuple[Any, Any] | list[Any] | None = None
-    premerged: Any = None  # the key index file of `hashed_locations` (a list) written ahead (keys.Premerge)
+    premerged: Premerge | None = None  # the key index file of `hashed_locations` (a list), written ahead
     # Or: files already staged elsewhere for this parent (by workers: distributed/), with their evidence;
     # gated here like the writer's own, and discarded like them (a failed gate, a stale parent)
     prestaged: Candidate | None = None
