@@ -8,7 +8,7 @@ as consecutive parts, one part's events in memory at a time (delta_release/parts
 part size and the number of parts.
 
     python -m benchmarks.bench_peak build KIND(backfill|lines|long) SIZE FILE   # SIZE: events or bytes
-    python -m benchmarks.bench_peak run CONTENDER(ours|polars) FILE WORKDIR [keep]
+    python -m benchmarks.bench_peak run CONTENDER(ours|polars|ours_read|polars_read) FILE WORKDIR [keep]
     python -m benchmarks.bench_peak compare OURS_WORKDIR POLARS_WORKDIR   # same current rows on both sides?
 """
 
@@ -74,6 +74,33 @@ def run_ours(path: Path, work: Path) -> dict[str, Any]:
             "phases": ph.table(seconds), "files": len(report.files), **_parts(report)}
 
 
+def run_ours_read(path: Path, work: Path) -> dict[str, Any]:
+    """Ours' reading of the file alone, as `Lake.ingest` reads it: each part hashed and strictly decoded
+    (`file_parts`), one part's events in memory at a time; nothing stored, folded or written."""
+    from delta_release.contract.parts import file_parts
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = {"extracted": 0, "accepted": 0, "quarantined": 0}
+    for batch in file_parts(path):
+        out["extracted"] += batch.decoded.extracted
+        out["accepted"] += batch.decoded.accepted
+        out["quarantined"] += len(batch.decoded.rejects)
+        del batch
+    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, **out}
+
+
+def run_polars_read(path: Path, work: Path) -> dict[str, Any]:
+    """The alternative's reading alone: `polars.read_ndjson` of the whole file with the same schema."""
+    import polars as pl
+
+    from .bench_apply import JSONL_SCHEMA
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    df = pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
+    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "extracted": df.height,
+            "accepted": df.height, "quarantined": 0}
+
+
 def _parts(report: Any) -> dict[str, Any]:
     """The part size in force and how many parts the file was received as (1: one batch)."""
     try:
@@ -90,7 +117,7 @@ def run_polars(path: Path, work: Path) -> dict[str, Any]:
     from .bench_apply import JSONL_SCHEMA
 
     shutil.rmtree(work, ignore_errors=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         df = pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
         extracted = df.height
@@ -99,8 +126,11 @@ def run_polars(path: Path, work: Path) -> dict[str, Any]:
         write_deltalake(str(work), df.drop("schema_version", "kind").to_arrow(), partition_by=["event_day"])
     except Exception as exc:  # noqa: BLE001 - all-or-nothing: report how it failed, with its peak
         return {"seconds": time.perf_counter() - t0, "failed": f"{type(exc).__name__}: {str(exc)[:100]}"}
-    return {"seconds": time.perf_counter() - t0, "extracted": extracted, "accepted": extracted, "quarantined": 0,
-            "rows": df.height}
+    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "extracted": extracted,
+            "accepted": extracted, "quarantined": 0, "rows": df.height}
+
+
+CONTENDERS = {"ours": run_ours, "polars": run_polars, "ours_read": run_ours_read, "polars_read": run_polars_read}
 
 
 COMPARED = ("order_id", "position", "amount_cents", "event_day")
@@ -132,7 +162,7 @@ def main(argv: list[str]) -> None:
     warm_imports()
     import delta_release  # noqa: F401
 
-    emit({"ours": run_ours, "polars": run_polars}[contender](path, work))
+    emit(CONTENDERS[contender](path, work))
     if argv[4:] != ["keep"]:  # kept for `compare`, which the runner calls next
         shutil.rmtree(work, ignore_errors=True)
 
