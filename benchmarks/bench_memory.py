@@ -53,21 +53,11 @@ def build(kind: str, size: int, path: Path) -> int:
 
 def run(step: str, path: Path, lake_dir: Path) -> dict[str, Any]:
     import delta_release as dr
-    from delta_release.contract.parts import file_parts, max_part_bytes
+    from delta_release.contract.parts import max_part_bytes
 
     t0 = time.perf_counter()
     if step == "decode":
-        out = {"extracted": 0, "accepted": 0, "rejected": 0, "parts": 0}
-        reasons: set[str] = set()
-        for batch in file_parts(path):  # one part's decoded events at a time
-            d = batch.decoded
-            out["extracted"] += d.extracted
-            out["accepted"] += d.accepted
-            out["rejected"] += len(d.rejects)
-            out["parts"] += 1
-            reasons.update(r.reason.value for r in d.rejects)
-            del batch, d
-        out["reasons"] = sorted(reasons)
+        out = read_parts(path)
     else:
         shutil.rmtree(lake_dir, ignore_errors=True)
         report = dr.Lake.create(lake_dir).ingest(path)
@@ -75,6 +65,25 @@ def run(step: str, path: Path, lake_dir: Path) -> dict[str, Any]:
                "version": report.version, "parts": len(report.parts) or 1, "reasons": None}
     out["seconds"] = time.perf_counter() - t0
     out["max_part_bytes"] = max_part_bytes()
+    return out
+
+
+def read_parts(path: Path) -> dict[str, Any]:
+    """`file_parts` of the file (each part hashed and strictly decoded, one part's events in memory at a
+    time, as `Lake.ingest` reads it; nothing stored): its lines, accepted events, rejects and their reasons."""
+    from delta_release.contract.parts import file_parts
+
+    out: dict[str, Any] = {"extracted": 0, "accepted": 0, "rejected": 0, "parts": 0}
+    reasons: set[str] = set()
+    for batch in file_parts(path):
+        d = batch.decoded
+        out["extracted"] += d.extracted
+        out["accepted"] += d.accepted
+        out["rejected"] += len(d.rejects)
+        out["parts"] += 1
+        reasons.update(r.reason.value for r in d.rejects)
+        del batch, d
+    out["reasons"] = sorted(reasons)
     return out
 
 

@@ -75,30 +75,30 @@ def run_ours(path: Path, work: Path) -> dict[str, Any]:
 
 
 def run_ours_read(path: Path, work: Path) -> dict[str, Any]:
-    """Ours' reading of the file alone, as `Lake.ingest` reads it: each part hashed and strictly decoded
-    (`file_parts`), one part's events in memory at a time; nothing stored, folded or written."""
-    from delta_release.contract.parts import file_parts
+    """Ours' reading of the file alone, as `Lake.ingest` reads it (`bench_memory.read_parts`: each part
+    hashed and strictly decoded); nothing stored, folded or written."""
+    from .bench_memory import read_parts
 
     t0, c0 = time.perf_counter(), time.process_time()
-    out = {"extracted": 0, "accepted": 0, "quarantined": 0}
-    for batch in file_parts(path):
-        out["extracted"] += batch.decoded.extracted
-        out["accepted"] += batch.decoded.accepted
-        out["quarantined"] += len(batch.decoded.rejects)
-        del batch
-    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, **out}
+    out = read_parts(path)
+    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "extracted": out["extracted"],
+            "accepted": out["accepted"], "quarantined": out["rejected"]}
 
 
 def run_polars_read(path: Path, work: Path) -> dict[str, Any]:
-    """The alternative's reading alone: `polars.read_ndjson` of the whole file with the same schema."""
+    """The alternative's reading alone: `polars.read_ndjson` of the whole file, as `run_polars` reads it."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    df = _read_ndjson(path)
+    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "extracted": df.height,
+            "accepted": df.height, "quarantined": 0}
+
+
+def _read_ndjson(path: Path) -> Any:
     import polars as pl
 
     from .bench_apply import JSONL_SCHEMA
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    df = pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
-    return {"seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "extracted": df.height,
-            "accepted": df.height, "quarantined": 0}
+    return pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
 
 
 def _parts(report: Any) -> dict[str, Any]:
@@ -114,12 +114,10 @@ def run_polars(path: Path, work: Path) -> dict[str, Any]:
     import polars as pl
     from deltalake import write_deltalake
 
-    from .bench_apply import JSONL_SCHEMA
-
     shutil.rmtree(work, ignore_errors=True)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        df = pl.read_ndjson(path, schema={k: getattr(pl, v) for k, v in JSONL_SCHEMA.items()})
+        df = _read_ndjson(path)
         extracted = df.height
         df = (df.sort("position").unique("order_id", keep="last")  # the fold: last event by position wins
               .with_columns((pl.col("kind") == "delete").alias("deleted")))
